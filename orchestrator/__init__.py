@@ -1,0 +1,1 @@
+"""Control plane of specsweep: sweep spec, search, Ray workers, tracking, frontier, CLI."""

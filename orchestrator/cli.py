@@ -1,0 +1,23 @@
+"""The `specsweep` command."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from orchestrator.commands import tasks, toy
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+app = typer.Typer(
+    help="Find the speed/quality Pareto frontier of speculative diffusion decoding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(toy.app, name="toy")
+app.add_typer(tasks.app, name="tasks")
+
+
+def main() -> None:
+    app()

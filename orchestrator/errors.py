@@ -1,0 +1,29 @@
+"""User-facing errors: one line naming the offending field, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable)
+
+# ValueError covers PairError, task and config validation errors from the data plane.
+USER_ERRORS = (ValueError, FileNotFoundError)
+
+
+def user_errors(fn: F) -> F:
+    """Turn the data plane's validation errors into `error: <message>` and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]

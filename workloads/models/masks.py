@@ -1,0 +1,29 @@
+"""Additive 4D attention masks and the row layouts of the two attention modes.
+
+transformers passes a custom 4D float mask through untouched; a boolean one is silently
+wrong under eager attention. Masks here are shaped (batch, 1, q, k) with 0 where a query
+may attend and the dtype's most negative value where it may not. Every query row must see
+at least one key, or attention returns NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """allowed: (batch, q, k) bool -> (batch, 1, q, k) additive float mask."""
+    zero = torch.zeros((), dtype=dtype)
+    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
+    return torch.where(allowed, zero, blocked).unsqueeze(1)
+
+
+def causal(n: int) -> torch.Tensor:
+    """(n, n) bool: row i sees columns 0..i."""
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def rows_after_cache(past: int, visible: torch.Tensor) -> torch.Tensor:
+    """(q, past + q) bool: every row sees the whole cache, then `visible` (q, q) among rows."""
+    q = visible.shape[0]
+    return torch.cat([torch.ones(q, past, dtype=torch.bool), visible], dim=1)

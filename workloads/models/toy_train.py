@@ -1,0 +1,215 @@
+"""Train the bundled toy pair from scratch on `arith`, deterministically, on a CPU.
+
+Three small Llama-architecture models (transformers classes, saved as safetensors):
+
+* `verifier`: autoregressive, trained on next-token prediction of prompt + scratchpad.
+* `drafter`:  a 2-layer masked-diffusion denoiser initialised from the verifier's
+  embeddings and first layers (as Dream was adapted from an AR model), with Dream-style
+  shifted logits: row i predicts position i + 1.
+* `self`:     the verifier fine-tuned on both objectives at once (Nemotron-style dual
+  mode): causal rows for next-token prediction, block rows predicting their own masked
+  positions (unshifted). The attention mask selects the mode.
+
+Diffusion training packs, after each clean causal sequence, several noisy blocks. A block
+starting at completion position s holds [x_{s-1}, y_s .. y_{s+W-1}], where y_j is x_j or
+the mask token with probability t ~ U(0, 1); it sees the clean tokens before s - 1 and
+itself bidirectionally — the same rows a drafting call evaluates over a cached prefix.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from workloads.models.masks import additive
+from workloads.models.tokenizer import build_char_tokenizer
+from workloads.tasks.arith import random_prompt, render, split_of
+
+CLEAN_LEN = 40  # longest prompt + scratchpad + eos is 9 + 26 + 1 = 36
+MAX_CANVAS = 32
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training run of one model."""
+
+    name: str
+    steps: int
+    lr: float
+    batch: int
+    ar: bool  # next-token loss on the clean rows
+    diffusion: str | None  # None, "shifted" (row i predicts i+1) or "unshifted"
+    block_rows: int = 96  # noisy block rows packed after each clean sequence
+
+
+def model_config(vocab: int, layers: int, profile: dict) -> LlamaConfig:
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+    config.specsweep = profile
+    return config
+
+
+def encode(tok: PreTrainedTokenizerFast, text: str) -> list[int]:
+    return tok.convert_tokens_to_ids(list(text))
+
+
+def sample_sequences(rng: random.Random, tok: PreTrainedTokenizerFast, n: int):
+    """n training sequences: (ids of prompt + scratchpad + eos, prompt length)."""
+    out = []
+    while len(out) < n:
+        prompt, reference, _ = render(*random_prompt(rng))
+        if split_of(prompt) == "train":
+            out.append((encode(tok, prompt + reference) + [tok.eos_token_id], len(prompt)))
+    return out
+
+
+def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizerFast):
+    """Tensors for one step: ids, position ids, additive mask, labels, all (b, T[, T])."""
+    eos, pad, mask_id = tok.eos_token_id, tok.pad_token_id, tok.mask_token_id
+    width = rng.randint(1, MAX_CANVAS) if stage.diffusion else 0
+    blocks = max(1, stage.block_rows // (width + 1)) if stage.diffusion else 0
+    total = CLEAN_LEN + blocks * (width + 1)
+    b = len(seqs)
+    ids = torch.full((b, total), pad, dtype=torch.long)
+    pos = torch.zeros((b, total), dtype=torch.long)
+    labels = torch.full((b, total), IGNORE, dtype=torch.long)
+    allowed = torch.zeros((b, total, total), dtype=torch.bool)
+    allowed[:, :CLEAN_LEN, :CLEAN_LEN] = torch.ones(CLEAN_LEN, CLEAN_LEN, dtype=torch.bool).tril()
+    pos[:, :CLEAN_LEN] = torch.arange(CLEAN_LEN)
+    for r, (seq, plen) in enumerate(seqs):
+        ids[r, : len(seq)] = torch.tensor(seq)
+        if stage.ar:
+            labels[r, : len(seq) - 1] = torch.tensor(seq[1:])
+        start = CLEAN_LEN
+        for _ in range(blocks):
+            s = rng.randint(plen, len(seq) - 1)  # first drafted position
+            target = [seq[j] if j < len(seq) else eos for j in range(s, s + width)]
+            t = rng.random()
+            masked = [rng.random() < t for _ in range(width)]
+            if not any(masked):
+                masked[rng.randrange(width)] = True
+            rows = slice(start, start + width + 1)
+            ids[r, rows] = torch.tensor(
+                [seq[s - 1]] + [mask_id if m else x for x, m in zip(target, masked)]
+            )
+            pos[r, rows] = torch.arange(s - 1, s + width)
+            allowed[r, rows, : s - 1] = True
+            allowed[r, rows, rows] = True
+            shift = 0 if stage.diffusion == "shifted" else 1
+            for j, (x, m) in enumerate(zip(target, masked)):
+                if m:
+                    labels[r, start + j + shift] = x
+            start += width + 1
+    return ids, pos, additive(allowed), labels
+
+
+def train(
+    model: LlamaForCausalLM,
+    stage: Stage,
+    tok: PreTrainedTokenizerFast,
+    seed: int,
+    log: Callable[[str], None] = print,
+) -> None:
+    torch.manual_seed(seed)
+    rng = random.Random(f"toy-train:{stage.name}:{seed}")
+    opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, stage.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, stage.steps - warmup)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    t0 = time.perf_counter()
+    for step in range(stage.steps):
+        seqs = sample_sequences(rng, tok, stage.batch)
+        if stage.diffusion:
+            ids, pos, mask, labels = build_batch(seqs, rng, stage, tok)
+            logits = model(input_ids=ids, position_ids=pos, attention_mask=mask).logits
+        else:
+            ids, _, _, labels = build_batch(seqs, rng, stage, tok)
+            logits = model(input_ids=ids).logits  # plain causal attention
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == stage.steps - 1:
+            log(f"[{stage.name}] step {step + 1}/{stage.steps} loss {loss.item():.4f} "
+                f"({time.perf_counter() - t0:.0f}s)")
+    model.eval()
+
+
+VERIFIER = Stage("verifier", steps=600, lr=2e-3, batch=128, ar=True, diffusion=None)
+DRAFTER = Stage("drafter", steps=220, lr=1e-3, batch=128, ar=True, diffusion="shifted")
+SELF = Stage("self", steps=200, lr=5e-4, batch=128, ar=True, diffusion="unshifted",
+             block_rows=48)
+
+PROFILES = {
+    "verifier": {"role": "verifier", "mask_token_id": None},
+    "drafter": {"role": "drafter", "shift": True, "attention": "block"},
+    "self": {"role": "dual", "shift": False, "attention": "block"},
+}
+
+
+def drafter_from(verifier: LlamaForCausalLM, layers: int, profile: dict) -> LlamaForCausalLM:
+    """A shallower copy of the verifier: its embeddings, first `layers` blocks and norm."""
+    config = model_config(verifier.config.vocab_size, layers, profile)
+    drafter = LlamaForCausalLM(config)
+    state = {k: v for k, v in verifier.state_dict().items()
+             if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    drafter.load_state_dict(state)
+    return drafter
+
+
+def save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "drafter", "self"),
+              log: Callable[[str], None] = print) -> None:
+    """Train the toy pair into out/{verifier,drafter,self}; later stages start from the
+    verifier in out/verifier when it is not retrained in this call."""
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    tok = build_char_tokenizer()
+    tok.mask_token_id  # noqa: B018  (fails early if the tokenizer lost its mask token)
+    if "verifier" in stages:
+        torch.manual_seed(seed)
+        verifier = LlamaForCausalLM(model_config(len(tok), 4, PROFILES["verifier"]))
+        train(verifier, VERIFIER, tok, seed, log)
+        save(verifier, tok, out / "verifier")
+    else:
+        verifier = LlamaForCausalLM.from_pretrained(out / "verifier")
+    if "drafter" in stages:
+        drafter = drafter_from(verifier, 2, PROFILES["drafter"] | {"mask_token_id": tok.mask_token_id})
+        train(drafter, DRAFTER, tok, seed, log)
+        save(drafter, tok, out / "drafter")
+    if "self" in stages:
+        dual = drafter_from(verifier, 4, PROFILES["self"] | {"mask_token_id": tok.mask_token_id})
+        train(dual, SELF, tok, seed, log)
+        save(dual, tok, out / "self")
