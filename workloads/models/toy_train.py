@@ -88,19 +88,21 @@ def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizer
     eos, pad, mask_id = tok.eos_token_id, tok.pad_token_id, tok.mask_token_id
     width = rng.randint(1, MAX_CANVAS) if stage.diffusion else 0
     blocks = max(1, stage.block_rows // (width + 1)) if stage.diffusion else 0
-    total = CLEAN_LEN + blocks * (width + 1)
+    # Clean rows: a fixed span when blocks follow them, else just the longest sequence.
+    clean = CLEAN_LEN if stage.diffusion else max(len(seq) for seq, _ in seqs)
+    total = clean + blocks * (width + 1)
     b = len(seqs)
     ids = torch.full((b, total), pad, dtype=torch.long)
     pos = torch.zeros((b, total), dtype=torch.long)
     labels = torch.full((b, total), IGNORE, dtype=torch.long)
     allowed = torch.zeros((b, total, total), dtype=torch.bool)
-    allowed[:, :CLEAN_LEN, :CLEAN_LEN] = torch.ones(CLEAN_LEN, CLEAN_LEN, dtype=torch.bool).tril()
-    pos[:, :CLEAN_LEN] = torch.arange(CLEAN_LEN)
+    allowed[:, :clean, :clean] = torch.ones(clean, clean, dtype=torch.bool).tril()
+    pos[:, :clean] = torch.arange(clean)
     for r, (seq, plen) in enumerate(seqs):
         ids[r, : len(seq)] = torch.tensor(seq)
-        if stage.ar:
-            labels[r, : len(seq) - 1] = torch.tensor(seq[1:])
-        start = CLEAN_LEN
+        if stage.ar:  # next-token loss on the completion only: prompt digits are noise
+            labels[r, plen - 1 : len(seq) - 1] = torch.tensor(seq[plen:])
+        start = clean
         for _ in range(blocks):
             s = rng.randint(plen, len(seq) - 1)  # first drafted position
             target = [seq[j] if j < len(seq) else eos for j in range(s, s + width)]
@@ -163,9 +165,9 @@ def train(
     model.eval()
 
 
-VERIFIER = Stage("verifier", steps=600, lr=2e-3, batch=128, ar=True, diffusion=None)
-DRAFTER = Stage("drafter", steps=220, lr=1e-3, batch=128, ar=True, diffusion="shifted")
-SELF = Stage("self", steps=200, lr=5e-4, batch=128, ar=True, diffusion="unshifted",
+VERIFIER = Stage("verifier", steps=2000, lr=3e-3, batch=64, ar=True, diffusion=None)
+DRAFTER = Stage("drafter", steps=200, lr=1e-3, batch=128, ar=True, diffusion="shifted")
+SELF = Stage("self", steps=180, lr=5e-4, batch=128, ar=True, diffusion="unshifted",
              block_rows=48)
 
 PROFILES = {

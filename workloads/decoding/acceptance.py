@@ -1,0 +1,123 @@
+"""Acceptance rules: which drafted tokens the verifier keeps, and the token it adds.
+
+Vocabulary (as in vLLM's rejection sampler): the leading drafted tokens the rule keeps are
+*accepted*; at the first rejection the rule emits a *recovered* token drawn from the
+residual; after a fully accepted draft it emits a *bonus* token drawn from p_{B+1}.
+
+Every rule is rejection sampling against a target t_i built from the verifier's p_i and the
+drafter's proposal q_i (the distribution y_i was actually drawn from, after temperature and
+truncation):
+
+* lossless: t = p.
+* linear (λ ∈ [0, 1]): t = (1 − λ)·p + λ·q; λ = 0 is lossless, λ = 1 accepts everything.
+* cactus (δ ≥ 0): t puts γ on the drafted y and scales the rest of p by (1 − γ)/(1 − π),
+  π = p(y), γ the largest value ≥ π with KL(Bern(γ) ‖ Bern(π)) ≤ δ.
+* match: draw x_i ~ t_i and accept y_i only if y_i = x_i; exact for any drafter.
+
+Randomness comes in as arguments so the functions are pure: `uniforms` (B,) for the
+accept tests and `noise` (B + 1, V) of Exp(1) draws, used as argmax(w / noise) to sample
+from any non-negative weights w without normalising them (no NaN from a zero residual).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+RULES = ("lossless", "linear", "cactus", "match")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """accepted: how many leading drafted tokens were kept; token: the recovered or bonus token."""
+
+    accepted: int
+    token: int
+
+
+def draw(weights: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Sample index ~ weights / Σweights as argmax(weights / noise), noise ~ Exp(1).
+
+    weights, noise: (..., V) -> (...). Works on unnormalised, sparse or one-hot weights.
+    """
+    return (weights / noise).argmax(-1)
+
+
+def cactus_gamma(pi: torch.Tensor, delta: float, iters: int = 80) -> torch.Tensor:
+    """γ(π, δ) = max{γ ∈ [π, 1] : γ·log(γ/π) + (1 − γ)·log((1 − γ)/(1 − π)) ≤ δ}.
+
+    The Bernoulli KL is increasing in γ on [π, 1] and equals −log π at γ = 1, so γ = 1 when
+    δ ≥ −log π; otherwise bisection in float64 keeps the feasible end (KL ≤ δ exactly).
+    π = 0 gives γ = 0 (a token the verifier rules out is never accepted).
+    """
+    pi64 = pi.double().clamp(0.0, 1.0)
+    lo, hi = pi64.clone(), torch.ones_like(pi64)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        ok = bernoulli_kl(mid, pi64) <= delta
+        lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
+    full = delta >= -torch.log(pi64)
+    gamma = torch.where(full, torch.ones_like(pi64), lo)
+    return torch.where(pi64 <= 0, torch.zeros_like(pi64), gamma).to(pi.dtype)
+
+
+def bernoulli_kl(gamma: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+    """KL(Bern(γ) ‖ Bern(π)) = γ·log(γ/π) + (1 − γ)·log((1 − γ)/(1 − π)), with 0·log 0 = 0."""
+    a = torch.where(gamma > 0, gamma * torch.log(gamma / pi), torch.zeros_like(gamma))
+    b = torch.where(gamma < 1, (1 - gamma) * torch.log((1 - gamma) / (1 - pi)), torch.zeros_like(gamma))
+    return a + b
+
+
+def target(rule: str, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, leniency: float) -> torch.Tensor:
+    """The distribution t_i the rule accepts against.
+
+    p, q: (B, V) verifier and proposal distributions; draft: (B,) drafted ids -> (B, V).
+    """
+    if rule == "lossless" or (rule == "match" and leniency == 0):
+        return p
+    if rule in ("linear", "match"):
+        return (1 - leniency) * p + leniency * q
+    if rule == "cactus":
+        pi = p.gather(1, draft[:, None]).squeeze(1)  # (B,)
+        gamma = cactus_gamma(pi, leniency)
+        scale = torch.where(pi < 1, (1 - gamma) / (1 - pi).clamp_min(1e-30), torch.zeros_like(pi))
+        t = p * scale[:, None]
+        return t.scatter(1, draft[:, None], gamma[:, None])
+    raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
+
+
+def verify(
+    rule: str,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    draft: torch.Tensor,
+    uniforms: torch.Tensor,
+    noise: torch.Tensor,
+    leniency: float = 0.0,
+) -> Verdict:
+    """Accept drafted tokens left to right until the first rejection.
+
+    p: (B + 1, V) verifier distributions p_i = p(· | h, y_<i); the last row gives the bonus.
+    q: (B, V) proposal distributions; draft: (B,) drafted ids; uniforms: (B,) U(0, 1);
+    noise: (B + 1, V) Exp(1). leniency: λ for linear/match, δ for cactus, ignored otherwise.
+
+    Rejection rules accept y_i when u_i·q_i(y_i) < t_i(y_i) (that is, with probability
+    min(1, t_i(y_i)/q_i(y_i))) and recover from [t_i − q_i]₊ at the first rejection.
+    """
+    n = draft.shape[0]
+    t = target(rule, p[:n], q, draft, leniency)  # (B, V)
+    if rule == "match":
+        sampled = draw(t, noise[:n])  # (B,)
+        ok = sampled == draft
+    else:
+        ok = uniforms * q.gather(1, draft[:, None]).squeeze(1) < t.gather(1, draft[:, None]).squeeze(1)
+    accepted = int(ok.long().cumprod(0).sum()) if n else 0
+    if accepted == n:
+        return Verdict(accepted, int(draw(p[n], noise[n])))
+    if rule == "match":
+        return Verdict(accepted, int(sampled[accepted]))
+    residual = (t[accepted] - q[accepted]).clamp_min(0)
+    if not bool(residual.gt(0).any()):  # t ≈ q up to rounding: any draw from t is right
+        residual = t[accepted]
+    return Verdict(accepted, int(draw(residual, noise[accepted])))
