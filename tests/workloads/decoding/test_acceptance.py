@@ -32,8 +32,8 @@ def test_fully_accepted_draft_earns_the_bonus_token():
 
 def test_verifier_that_rules_out_every_draft_never_accepts():
     p = onehot([0, 0, 0])
-    for rule in ("lossless", "cactus", "match"):
-        v = verify(rule, p, onehot([3, 3]), torch.tensor([3, 3]), torch.zeros(2), exp_noise(3), 0.5)
+    for rule, leniency in (("lossless", 0.0), ("cactus", 0.5), ("match", 0.0)):
+        v = verify(rule, p, onehot([3, 3]), torch.tensor([3, 3]), torch.zeros(2), exp_noise(3), leniency)
         assert (v.accepted, v.token) == (0, 0), rule
 
 
