@@ -1,0 +1,54 @@
+"""Stub language models returning fixed logits (litgpt-style) to force accept paths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import torch
+
+from workloads.models.pair import DiffusionProfile, TwoModelPair
+from workloads.models.tokenizer import build_char_tokenizer
+
+TOK = build_char_tokenizer()
+V = len(TOK)
+DIGITS = TOK.convert_tokens_to_ids(list("0123456789"))
+
+
+class StubLM(torch.nn.Module):
+    """Row at position p puts all its mass on token `rule(p + 1)`: the next-token (and
+    Dream-style shifted diffusion) convention, so a drafter and a verifier with the same
+    rule always agree."""
+
+    def __init__(self, rule: Callable[[int], int]):
+        super().__init__()
+        self.rule = rule
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.calls = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight.dtype
+
+    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, use_cache=True):
+        self.calls += 1
+        targets = [self.rule(int(p) + 1) for p in position_ids[0]]
+        logits = torch.full((1, len(targets), V), -30.0)
+        logits[0, torch.arange(len(targets)), torch.tensor(targets)] = 30.0
+        return SimpleNamespace(logits=logits)
+
+
+def digit_at(p: int) -> int:
+    return DIGITS[p % 10]
+
+
+Rule = Callable[[int], int]
+
+
+def stub_pair(drafter_rule: Rule, verifier_rule: Rule = digit_at) -> TwoModelPair:
+    return TwoModelPair("stub", StubLM(drafter_rule), StubLM(verifier_rule), TOK,
+                        DiffusionProfile(TOK.mask_token_id, shifted=True))

@@ -1,0 +1,87 @@
+"""Model calls over a KV cache that holds the verified prefix minus its last token.
+
+Keeping the last verified token out of the cache means every call starts with it, so a
+verifier call over [last, y_1 .. y_B] returns the B + 1 distributions p_1 .. p_{B+1}, and a
+drafting call over [last, canvas] sees exactly the verified prefix. Rows that are not part
+of the verified prefix (rejected drafts, drafting rows) are cropped after the call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from workloads.models.masks import additive, causal, rows_after_cache
+
+
+@dataclass
+class Meter:
+    """Model work of one decode: calls, token rows evaluated and device-synchronized time."""
+
+    nfe: int = 0
+    rows: int = 0
+    model_s: float = 0.0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class CachedModel:
+    """A transformers causal LM with its KV cache; `length` tokens are cached."""
+
+    def __init__(self, model: PreTrainedModel, meter: Meter):
+        self.model, self.meter = model, meter
+        self.cache = DynamicCache()
+        self.length = 0
+        self.device = model.device
+        self.dtype = model.dtype
+
+    def _call(self, ids: list[int] | torch.Tensor, visible: torch.Tensor | None, positions: torch.Tensor,
+              keep: int) -> torch.Tensor:
+        """Evaluate rows `ids` (visible: (q, q) bool among rows, None = causal); keep the
+        first `keep` rows in the cache. Returns logits (q, V)."""
+        ids = torch.as_tensor(ids, device=self.device).view(1, -1)
+        q = ids.shape[1]
+        mask = None
+        if q > 1 or visible is not None:
+            rows = causal(q) if visible is None else visible
+            mask = additive(rows_after_cache(self.length, rows)[None], self.dtype).to(self.device)
+        _sync(self.device)
+        start = time.perf_counter()
+        logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
+                            attention_mask=mask, cache=self.cache, use_cache=True).logits[0]
+        _sync(self.device)
+        self.meter.model_s += time.perf_counter() - start
+        self.meter.nfe += 1
+        self.meter.rows += q
+        if keep < q:
+            self.cache.crop(keep - q)
+        self.length += keep
+        return logits
+
+    def causal(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
+        """Causal rows appended to the cache: logits (q, V), row i predicting token i + 1."""
+        n = len(ids)
+        return self._call(ids, None, torch.arange(self.length, self.length + n), keep=n)
+
+    def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
+        """One drafting call: `pending` verified tokens as causal rows (kept in the cache),
+        then rows [last, canvas] that see the cache, the pending rows and each other
+        (dropped afterwards). Returns the logits of the W + 1 block rows (W + 1, V)."""
+        n, w = len(pending), canvas.shape[0]
+        visible = causal(n + w + 1)
+        visible[n:, n:] = True
+        ids = torch.cat([torch.tensor(pending + [last], dtype=torch.long), canvas.cpu()])
+        logits = self._call(ids, visible, torch.arange(self.length, self.length + n + w + 1), keep=n)
+        return logits[n:]
+
+    def crop(self, n: int) -> None:
+        """Drop the last n cached tokens (rejected draft rows)."""
+        if n > 0:
+            self.cache.crop(-n)
+            self.length -= n

@@ -1,0 +1,138 @@
+"""DecodeConfig: every setting that shapes one decode, validated with one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workloads.decoding.acceptance import RULES
+
+SCHEDULES = ("ar", "diffusion", "linear", "packed", "quadratic")
+UNMASK = ("ltr", "confidence", "margin", "entropy", "random")
+
+
+class ConfigError(ValueError):
+    """An invalid decoding configuration; the message names the field."""
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    schedule: str = "linear"
+    block: int = 4  # B: draft tokens per iteration
+    steps: int | None = None  # K denoising steps (default 1 unless threshold is set)
+    threshold: float | None = None  # τ: adaptive commit threshold instead of K
+    unmask: str = "ltr"
+    rule: str = "lossless"
+    leniency: float = 0.0  # λ for linear/match, δ for cactus
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    draft_temperature: float | None = None  # None: same as temperature
+    draft_top_k: int | None = None
+    draft_top_p: float | None = None
+    max_new_tokens: int = 64
+    seed: int = 0
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, list | str):
+            object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
+        self.validate()
+
+    @property
+    def uses_drafter(self) -> bool:
+        return self.schedule != "ar"
+
+    @property
+    def k(self) -> int | None:
+        """Denoising steps, or None under the threshold rule."""
+        return None if self.threshold is not None else (self.steps or 1)
+
+    def drafter_sampling(self) -> tuple[float, int, float]:
+        pick = lambda own, base: base if own is None else own  # noqa: E731
+        return (pick(self.draft_temperature, self.temperature), pick(self.draft_top_k, self.top_k),
+                pick(self.draft_top_p, self.top_p))
+
+    def validate(self) -> None:
+        def bad(name: str, allowed: str) -> ConfigError:
+            return ConfigError(f"{name}: {allowed}; got {getattr(self, name)!r}")
+
+        if self.schedule not in SCHEDULES:
+            raise bad("schedule", f"must be one of {', '.join(SCHEDULES)}")
+        if self.unmask not in UNMASK:
+            raise bad("unmask", f"must be one of {', '.join(UNMASK)}")
+        if self.rule not in RULES:
+            raise bad("rule", f"must be one of {', '.join(RULES)}")
+        if not isinstance(self.block, int) or self.block < 1:
+            raise bad("block", "must be an integer >= 1")
+        if self.steps is not None and self.threshold is not None:
+            raise ConfigError("steps, threshold: give one of them, not both")
+        if self.steps is not None and (not isinstance(self.steps, int) or not 1 <= self.steps <= self.block):
+            raise bad("steps", f"must be an integer in [1, block={self.block}]")
+        if self.threshold is not None and not 0 < self.threshold <= 1:
+            raise bad("threshold", "must be in (0, 1]")
+        if self.rule in ("linear", "match") and not 0 <= self.leniency <= 1:
+            raise bad("leniency", f"λ for rule {self.rule} must be in [0, 1]")
+        if self.rule == "cactus" and self.leniency < 0:
+            raise bad("leniency", "δ for rule cactus must be >= 0")
+        if self.rule == "lossless" and self.leniency != 0:
+            raise bad("leniency", "must be 0 under rule lossless (use linear or cactus)")
+        for name in ("temperature", "draft_temperature"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise bad(name, "must be >= 0 (0 is greedy)")
+        for name in ("top_k", "draft_top_k"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise bad(name, "must be an integer >= 0 (0 keeps all)")
+        for name in ("top_p", "draft_top_p"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise bad(name, "must be in (0, 1]")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise bad("max_new_tokens", "must be an integer >= 1")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DecodeConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown setting; known: {', '.join(sorted(names))}")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> DecodeConfig:
+        """Load a config YAML/JSON: either the settings themselves or an export with a
+        `config:` section."""
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config: no such file {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: {path} must hold a mapping of settings")
+        return cls.from_dict(data.get("config", data))
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["stop"] = list(self.stop)
+        return out
+
+
+def is_exact(config: DecodeConfig) -> bool:
+    """Whether `config` provably reproduces the verifier's output distribution (joint).
+
+    Lenient rules never do; `ar` always does and drafter-only `diffusion` never does. Else
+    rejection sampling with stored proposals is exact when each draft token was drawn given
+    the earlier ones: one-step drafts, left-to-right commits, or point-mass (greedy) drafts;
+    `match` is exact for any drafter; a greedy verifier outputs greedy AR whatever happens.
+    """
+    if config.schedule in ("ar", "diffusion"):
+        return config.schedule == "ar"
+    if config.leniency != 0:
+        return False
+    if config.rule == "match" or config.temperature == 0 or config.drafter_sampling()[0] == 0:
+        return True
+    return config.unmask == "ltr" or config.k == 1

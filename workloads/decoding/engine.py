@@ -1,0 +1,198 @@
+"""`decode(pair, prompt, config)`: one prompt through one schedule, with its measurements.
+
+Schedules (DESIGN.md):
+
+* `ar`: the verifier alone, one token per call.
+* `diffusion`: the drafter alone, block by block (K steps or threshold τ per block).
+* `linear`: draft from the newest prefix, then verify (paper 2610.31819, Algorithm 1).
+* `packed`: one call ahead; the draft verified at iteration t + 1 was computed from the
+  prefix at the start of iteration t, while iteration t verified. Its first A_t slots
+  (the tokens iteration t emitted) are dropped; the rest is the next draft.
+
+Every schedule starts the same way: the verifier prefills the prompt and the first token is
+sampled from its last row, so the prefix P_0 = prompt + that token. The drafter's cache is
+filled lazily: verified tokens it has not seen ride along as causal rows of its next call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from workloads.decoding.acceptance import draw, verify
+from workloads.decoding.calls import CachedModel, Meter, _sync
+from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
+from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
+from workloads.decoding.output import Output
+from workloads.decoding.sampling import distribution
+from workloads.models.pair import Pair, SelfPair
+
+MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
+                "accepted", "drafted", "exact", "stop_reason")
+
+
+@dataclass
+class DecodeResult:
+    text: str
+    token_ids: list[int]
+    new_tokens: int
+    wall_s: float
+    model_s: float
+    overhead_s: float
+    nfe: int
+    rows: int
+    iterations: int
+    accepted: int
+    drafted: int
+    exact: bool
+    stop_reason: str
+    accept_lengths: list[int] = field(default_factory=list)  # accepted draft tokens per iteration
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Run:
+    """Mutable state shared by the schedule loops."""
+
+    config: DecodeConfig
+    out: Output
+    generator: torch.Generator
+    meter: Meter
+    iterations: int = 0
+    accepted: int = 0
+    drafted: int = 0
+    accept_lengths: list[int] = field(default_factory=list)
+
+    def sample(self, logits: torch.Tensor) -> int:
+        """One token from the verifier's sampling distribution of logits (V,)."""
+        c = self.config
+        p = distribution(logits[None], c.temperature, c.top_k, c.top_p)
+        return int(draw(p, torch.empty_like(p).exponential_(generator=self.generator))[0])
+
+
+def _models(pair: Pair):
+    if isinstance(pair, SelfPair):  # one network in both modes, each with its own cache
+        return pair.model, pair.model
+    return pair.drafter, pair.verifier
+
+
+def _draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
+    temperature, top_k, top_p = config.drafter_sampling()
+    return DraftSettings(config.k, config.threshold, config.unmask, temperature, top_k, top_p,
+                         pair.profile.mask_token_id, pair.profile.shifted)
+
+
+def check_pair(pair: Pair, config: DecodeConfig) -> None:
+    if config.schedule == "quadratic":
+        why = "needs a dual-mode (self) pair" if not isinstance(pair, SelfPair) else "is not available yet"
+        raise ConfigError(f"schedule: quadratic {why}; use linear or packed")
+
+
+def _verify_step(run: _Run, verifier: CachedModel, last: int, draft: Draft) -> list[int]:
+    """Verify `draft` after the prefix ending in `last`; returns the emitted tokens."""
+    c = run.config
+    n = draft.tokens.shape[0]
+    logits = verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
+    p = distribution(logits, c.temperature, c.top_k, c.top_p)  # (n + 1, V)
+    uniforms = torch.rand(n, generator=run.generator, device=run.generator.device)
+    noise = torch.empty_like(p).exponential_(generator=run.generator)
+    verdict = verify(c.rule, p, draft.q, draft.tokens, uniforms, noise, c.leniency)
+    verifier.crop(n - verdict.accepted)
+    run.iterations += 1
+    run.drafted += n
+    run.accepted += verdict.accepted
+    run.accept_lengths.append(verdict.accepted)
+    return draft.tokens[: verdict.accepted].tolist() + [verdict.token]
+
+
+def _empty(device) -> Draft:
+    return Draft(torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, 1, device=device), 0)
+
+
+def _ar(run: _Run, verifier: CachedModel, prompt: list[int]) -> None:
+    logits = verifier.causal(prompt)
+    while True:
+        token = run.sample(logits[-1])
+        run.iterations += 1
+        if run.out.extend([token]):
+            return
+        logits = verifier.causal([token])
+
+
+def _diffusion(run: _Run, drafter: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+    pending, last = prompt[:-1], prompt[-1]
+    while True:
+        draft = diffusion_draft(drafter, pending, last, min(run.config.block, run.out.remaining),
+                                settings, run.generator)
+        tokens = draft.tokens.tolist()
+        run.iterations += 1
+        if run.out.extend(tokens):
+            return
+        pending, last = [last] + tokens[:-1], tokens[-1]
+
+
+def _speculative(run: _Run, drafter: CachedModel, verifier: CachedModel, prompt: list[int],
+                 settings: DraftSettings, packed: bool) -> None:
+    block = run.config.block
+    last = run.sample(verifier.causal(prompt)[-1])
+    if run.out.extend([last]):
+        return
+    pending = list(prompt)  # verified tokens the drafter has not cached (all but `last`)
+    draft = diffusion_draft(drafter, pending, last, block, settings, run.generator) if packed else None
+    if packed:
+        pending = []
+    while True:
+        room = run.out.remaining - 1  # verification always adds one token
+        if packed:
+            ahead = diffusion_draft(drafter, pending, last, block, settings, run.generator)
+        else:
+            width = min(block, room)
+            draft = diffusion_draft(drafter, pending, last, width, settings, run.generator) if width > 0 \
+                else _empty(verifier.device)
+        pending = [] if (packed or draft.steps) else pending
+        checked = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
+        emitted = _verify_step(run, verifier, last, checked)
+        pending += [last] + emitted[:-1]
+        last = emitted[-1]
+        if run.out.extend(emitted):
+            return
+        if packed:
+            keep = len(emitted)
+            draft = Draft(ahead.tokens[keep:], ahead.q[keep:], ahead.steps)
+
+
+@torch.inference_mode()
+def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
+    """Decode `prompt` with `pair` under `config`; timing excludes tokenization."""
+    check_pair(pair, config)
+    tok = pair.tokenizer
+    ids = tok(prompt).input_ids
+    if not ids:
+        raise ConfigError("prompt: empty after tokenization")
+    drafter_model, verifier_model = _models(pair)
+    device = verifier_model.device
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+    meter = Meter()
+    run = _Run(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
+    settings = _draft_settings(pair, config)
+    _sync(device)
+    start = time.perf_counter()
+    if config.schedule == "ar":
+        _ar(run, CachedModel(verifier_model, meter), ids)
+    elif config.schedule == "diffusion":
+        _diffusion(run, CachedModel(drafter_model, meter), ids, settings)
+    else:
+        _speculative(run, CachedModel(drafter_model, meter), CachedModel(verifier_model, meter), ids,
+                     settings, packed=config.schedule == "packed")
+    _sync(device)
+    wall = time.perf_counter() - start
+    return DecodeResult(
+        text=run.out.text(), token_ids=list(run.out.ids), new_tokens=len(run.out.ids), wall_s=wall,
+        model_s=meter.model_s, overhead_s=wall - meter.model_s, nfe=meter.nfe, rows=meter.rows,
+        iterations=run.iterations, accepted=run.accepted, drafted=run.drafted, exact=is_exact(config),
+        stop_reason=run.out.stop_reason or "length", accept_lengths=run.accept_lengths,
+    )

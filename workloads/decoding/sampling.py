@@ -1,0 +1,31 @@
+"""Sampling settings: logits to the distribution a token is actually drawn from."""
+
+from __future__ import annotations
+
+import torch
+
+
+def distribution(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """Shape logits (..., V) into probabilities (..., V), float32.
+
+    temperature 0 is greedy: one-hot on the argmax. Otherwise softmax(logits / T), keeping
+    the top_k largest (0 = all) and the smallest set whose mass reaches top_p, renormalised.
+    """
+    logits = logits.float()
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # keep a token while the mass before it is < top_p (the first token always stays)
+        keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs * keep
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
