@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from orchestrator.commands import tasks, toy
+from orchestrator.commands import bench, decode, tasks, toy
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -17,6 +17,8 @@ app = typer.Typer(
 )
 app.add_typer(toy.app, name="toy")
 app.add_typer(tasks.app, name="tasks")
+app.command("decode")(decode.decode)
+app.add_typer(bench.app, name="bench")
 
 
 def main() -> None:

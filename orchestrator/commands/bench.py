@@ -1,0 +1,55 @@
+"""`specsweep bench`: speed figures measured in one run, relative to the `ar` baseline."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from orchestrator.errors import user_errors
+
+app = typer.Typer(help="Benchmarks that print ratios measured in one process.", no_args_is_help=True)
+
+
+@app.command("decode")
+@user_errors
+def decode_bench(
+    pair: str = typer.Option("toy", help="Pair name."),
+    n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
+    block: int = typer.Option(8, help="B for the speculative and diffusion configurations."),
+    max_new_tokens: int = typer.Option(48),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Per schedule and K (greedy, lossless): accuracy, tokens per NFE, acceptance rate,
+    throughput relative to `ar`, and model / non-model time per iteration."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from workloads.decoding.bench import default_grid, run_benchmark
+    from workloads.models import load_pair
+    from workloads.tasks import get_task
+
+    task = get_task("arith")
+    examples = task.examples("test", n=n)
+    loaded = load_pair(pair)
+    grid = default_grid(block, max_new_tokens)
+    with Progress(transient=True, disable=as_json) as progress:
+        bar = progress.add_task(f"{len(grid)} configurations x {n} prompts", total=n)
+        rows = run_benchmark(loaded, [e.prompt for e in examples], grid,
+                             score=lambda i, text: task.score(examples[i], text),
+                             progress=lambda done: progress.update(bar, completed=done))
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row))
+        return
+    table = Table(title=f"decode benchmark: pair {pair}, {n} arith prompts, B={block}, greedy lossless")
+    for col in ("config", "accuracy", "tokens/NFE", "accept rate", "accept len", "speedup vs ar",
+                "model ms/iter", "overhead ms/iter", "exact"):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for r in rows:
+        rate = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        table.add_row(r["config"], f"{r['accuracy']:.2f}", f"{r['tokens_per_nfe']:.2f}", rate,
+                      f"{r['mean_accept_len']:.2f}", f"{r['speedup']:.2f}x", f"{r['model_ms_per_iter']:.2f}",
+                      f"{r['overhead_ms_per_iter']:.2f}", str(r["exact"]))
+    Console().print(table)

@@ -1,0 +1,97 @@
+"""`specsweep decode`: decode prompts with one pair and one configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from orchestrator.errors import user_errors
+
+OPT = dict(show_default=False)
+
+
+def read_prompts(path: Path) -> list[str]:
+    """A text file (one prompt a line) or JSON Lines with a `prompt` field."""
+    if not path.is_file():
+        raise ValueError(f"--prompts: no such file {path}")
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--prompts: {path}:{number}: invalid JSON ({err.msg})") from None
+            if "prompt" not in record:
+                raise ValueError(f"--prompts: {path}:{number}: JSON line has no 'prompt' field")
+            prompts.append(str(record["prompt"]))
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise ValueError(f"--prompts: {path} holds no prompts")
+    return prompts
+
+
+@user_errors
+def decode(
+    pair: str = typer.Option(None, help="Pair name (toy, toy-self); or from --config.", **OPT),
+    prompt: str = typer.Option(None, help="Prompt text.", **OPT),
+    prompts: Path = typer.Option(None, help="Text file (a prompt a line) or JSONL with 'prompt'.", **OPT),
+    config: Path = typer.Option(None, help="Config YAML (settings, or an export); flags override.", **OPT),
+    num_samples: int = typer.Option(1, min=1, help="Samples per prompt, seeds seed..seed+N-1."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per decode."),
+    schedule: str = typer.Option(None, help="ar | diffusion | linear | packed | quadratic", **OPT),
+    block: int = typer.Option(None, help="B: draft tokens per iteration.", **OPT),
+    steps: int = typer.Option(None, help="K: denoising steps per block.", **OPT),
+    threshold: float = typer.Option(None, help="τ: adaptive commit threshold (instead of K).", **OPT),
+    unmask: str = typer.Option(None, help="ltr | confidence | margin | entropy | random", **OPT),
+    rule: str = typer.Option(None, help="lossless | linear | cactus | match", **OPT),
+    leniency: float = typer.Option(None, help="λ (linear, match) or δ (cactus).", **OPT),
+    temperature: float = typer.Option(None, help="Verifier temperature (0 = greedy).", **OPT),
+    top_k: int = typer.Option(None, **OPT),
+    top_p: float = typer.Option(None, **OPT),
+    draft_temperature: float = typer.Option(None, help="Drafter temperature (default: same).", **OPT),
+    draft_top_k: int = typer.Option(None, **OPT),
+    draft_top_p: float = typer.Option(None, **OPT),
+    max_new_tokens: int = typer.Option(None, **OPT),
+    seed: int = typer.Option(None, **OPT),
+    stop: list[str] = typer.Option(None, help="Stop string (repeatable).", **OPT),
+) -> None:
+    """Decode prompts with a pair under one configuration and print text and measurements."""
+    import yaml
+
+    from workloads.decoding import DecodeConfig
+    from workloads.decoding import decode as run_decode
+    from workloads.models import load_pair
+
+    flags = dict(schedule=schedule, block=block, steps=steps, threshold=threshold, unmask=unmask, rule=rule,
+                 leniency=leniency, temperature=temperature, top_k=top_k, top_p=top_p,
+                 draft_temperature=draft_temperature, draft_top_k=draft_top_k, draft_top_p=draft_top_p,
+                 max_new_tokens=max_new_tokens, seed=seed, stop=tuple(stop) if stop else None)
+    settings: dict = {}
+    if config is not None:
+        settings = DecodeConfig.from_file(config).to_dict()
+        if pair is None:
+            pair = (yaml.safe_load(config.read_text()) or {}).get("pair")
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    cfg = DecodeConfig.from_dict(settings)
+    if (prompt is None) == (prompts is None):
+        raise ValueError("--prompt, --prompts: give exactly one")
+    if pair is None:
+        raise ValueError("--pair: required (or a config file with a 'pair' entry)")
+    texts = [prompt] if prompt is not None else read_prompts(prompts)
+    loaded = load_pair(pair)
+    for text in texts:
+        for sample in range(num_samples):
+            one = DecodeConfig.from_dict({**cfg.to_dict(), "seed": cfg.seed + sample})
+            result = run_decode(loaded, text, one)
+            if as_json:
+                typer.echo(json.dumps({"prompt": text, "seed": one.seed, **result.to_dict()}))
+            else:
+                typer.echo(f"{text}{result.text}")
+                typer.echo(f"  [{result.new_tokens} tokens, {result.wall_s * 1000:.1f} ms, nfe {result.nfe}, "
+                           f"accepted {result.accepted}/{result.drafted}, exact {result.exact}, "
+                           f"stop {result.stop_reason}]")

@@ -1,0 +1,81 @@
+"""Decoding benchmark: every configuration over the same prompts, interleaved per prompt
+so machine noise falls on all of them alike; speed is reported relative to `ar`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from workloads.decoding.config import DecodeConfig
+from workloads.decoding.engine import DecodeResult, decode
+from workloads.models.pair import Pair
+
+
+@dataclass
+class Totals:
+    """Sums over prompts for one configuration."""
+
+    label: str
+    config: DecodeConfig
+    results: list[DecodeResult] = field(default_factory=list)
+    correct: float = 0.0
+
+    def sum(self, name: str) -> float:
+        return float(sum(getattr(r, name) for r in self.results))
+
+    @property
+    def throughput(self) -> float:
+        return self.sum("new_tokens") / self.sum("wall_s")
+
+    def row(self, ar_throughput: float) -> dict:
+        n = max(1, len(self.results))
+        iterations = max(1.0, self.sum("iterations"))
+        return {
+            "config": self.label,
+            "accuracy": self.correct / n,
+            "tokens_per_nfe": self.sum("new_tokens") / self.sum("nfe"),
+            "acceptance_rate": self.sum("accepted") / self.sum("drafted") if self.sum("drafted") else None,
+            "mean_accept_len": self.sum("accepted") / iterations,
+            "speedup": self.throughput / ar_throughput,
+            "throughput_tps": self.throughput,
+            "overhead_ms_per_iter": 1000 * self.sum("overhead_s") / iterations,
+            "model_ms_per_iter": 1000 * self.sum("model_s") / iterations,
+            "exact": all(r.exact for r in self.results),
+        }
+
+
+def run_benchmark(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfig],
+                  score: Callable[[int, str], float] | None = None, warmup: int = 3,
+                  progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Decode every prompt with every config (interleaved); one row per config.
+
+    `configs` must contain "ar": the baseline the speed ratios refer to.
+    """
+    if "ar" not in configs:
+        raise ValueError("configs: the benchmark needs an 'ar' baseline entry")
+    for prompt in prompts[:warmup]:
+        for config in configs.values():
+            decode(pair, prompt, config)
+    totals = {label: Totals(label, config) for label, config in configs.items()}
+    for i, prompt in enumerate(prompts):
+        for t in totals.values():
+            result = decode(pair, prompt, t.config)
+            t.results.append(result)
+            if score is not None:
+                t.correct += score(i, result.text)
+        if progress:
+            progress(i + 1)
+    ar = totals["ar"].throughput
+    return [t.row(ar) for t in totals.values()]
+
+
+def default_grid(block: int = 8, max_new_tokens: int = 48) -> dict[str, DecodeConfig]:
+    """Greedy lossless configurations: the baselines, and each schedule at several K."""
+    base = dict(max_new_tokens=max_new_tokens, block=block, unmask="ltr")
+    grid = {"ar": DecodeConfig(schedule="ar", **base)}
+    for k in (1, 2, 4):
+        grid[f"diffusion K={k}"] = DecodeConfig(schedule="diffusion", steps=k, **base)
+    for schedule in ("linear", "packed"):
+        for k in (1, 2, 4):
+            grid[f"{schedule} K={k}"] = DecodeConfig(schedule=schedule, steps=k, **base)
+    return grid
