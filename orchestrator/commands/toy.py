@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from functools import partial
 from pathlib import Path
 
 import typer
@@ -23,9 +22,9 @@ def _print_quality(acc: dict[str, float], as_json: bool) -> bool:
     if as_json:
         typer.echo(json.dumps({"accuracy": acc, "checks": dict(checks)}))
     else:
-        typer.echo(f"{'model / mode':<22}accuracy")
+        typer.echo(f"{'model / mode':<26}accuracy")
         for key, value in acc.items():
-            typer.echo(f"{key:<22}{value:.3f}")
+            typer.echo(f"{key:<26}{value:.3f}")
         for text, ok in checks:
             typer.echo(f"[{'ok' if ok else 'FAIL'}] {text}")
     return all(ok for _, ok in checks)
@@ -74,24 +73,23 @@ def evaluate(
 @app.command()
 @user_errors
 def demo(n: int = typer.Option(5, "--n", min=1, help="Prompts to decode.")) -> None:
-    """Decode a few arith prompts with the verifier (AR) and the drafter (diffusion, K=1 and 8)."""
+    """Decode a few arith prompts with the verifier alone, the drafter alone (K=1 and K=8)
+    and speculatively (linear, B=8, K=1), with timings."""
+    from workloads.decoding import DecodeConfig, decode
     from workloads.models.pair import load_pair
-    from workloads.models.toy_eval import CANVAS, ar_generate, diffusion_generate
     from workloads.tasks import get_task
 
     pair = load_pair("toy")
-    tok, prof = pair.tokenizer, pair.profile
     task = get_task("arith")
+    modes = {
+        "verifier AR": DecodeConfig(schedule="ar", max_new_tokens=32),
+        "drafter K=1": DecodeConfig(schedule="diffusion", block=32, steps=1, max_new_tokens=32),
+        "drafter K=8": DecodeConfig(schedule="diffusion", block=32, steps=8, max_new_tokens=32),
+        "speculative": DecodeConfig(schedule="linear", block=8, steps=1, max_new_tokens=32),
+    }
     for ex in task.examples("test", n=n):
-        ids = tok.convert_tokens_to_ids(list(ex.prompt))
-        rows = [("verifier AR", partial(ar_generate, pair.verifier, ids, CANVAS, tok.eos_token_id))]
-        rows += [(f"drafter K={k}", partial(diffusion_generate, pair.drafter, ids, CANVAS, k,
-                                            prof.mask_token_id, tok.eos_token_id, prof.shifted))
-                 for k in (1, 8)]
         typer.echo(f"{ex.prompt}  (answer {ex.answer})")
-        for label, run in rows:
-            start = time.perf_counter()
-            text = tok.decode(run(), skip_special_tokens=True)
-            ms = 1000 * (time.perf_counter() - start)
-            mark = "ok" if task.score(ex, text) else "--"
-            typer.echo(f"  {label:<13} {mark}  {text:<28} {ms:6.1f} ms")
+        for label, config in modes.items():
+            r = decode(pair, ex.prompt, config)
+            mark = "ok" if task.score(ex, r.text) else "--"
+            typer.echo(f"  {label:<12} {mark}  {r.text:<26} {1000 * r.wall_s:6.1f} ms  {r.nfe:>3} calls")

@@ -38,7 +38,6 @@ from workloads.tasks.arith import render, split_of
 CLEAN_LEN = 40  # longest prompt + scratchpad + eos is 9 + 26 + 1 = 36
 MAX_CANVAS = 32
 IGNORE = -100
-FULLY_MASKED = 0.25
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,8 @@ class Stage:
     exit_layer: int | None = None  # also train an early exit after this many layers (LayerSkip)
     exit_weight: float = 0.5
     three_operand_share: float = 0.5  # training mix; the hard cases are the 3-operand ones
+    diffusion_weight: float = 1.0
+    fully_masked: float = 0.0  # share of noisy blocks with every slot masked
 
 
 def model_config(vocab: int, layers: int, profile: dict) -> LlamaConfig:
@@ -116,8 +117,8 @@ def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizer
             s = rng.randint(plen, len(seq) - 1)  # first drafted position
             target = [seq[j] if j < len(seq) else eos for j in range(s, s + width)]
             # Drafting starts from a fully masked canvas (and K = 1 never sees anything
-            # else), so a quarter of the blocks are trained fully masked.
-            t = 1.0 if rng.random() < FULLY_MASKED else rng.random()
+            # else); `fully_masked` of the blocks are trained that way.
+            t = 1.0 if rng.random() < stage.fully_masked else rng.random()
             masked = [rng.random() < t for _ in range(width)]
             if not any(masked):
                 masked[rng.randrange(width)] = True
@@ -134,6 +135,18 @@ def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizer
                     labels[r, start + j + shift] = x
             start += width + 1
     return ids, pos, additive(allowed), labels
+
+
+def objective(logits: torch.Tensor, labels: torch.Tensor, diffusion_weight: float = 1.0) -> torch.Tensor:
+    """Mean next-token loss on the clean rows + diffusion_weight × mean denoising loss on
+    the block rows, so the many masked block tokens do not drown the AR objective."""
+    loss = logits.new_zeros(())
+    for rows, weight in ((slice(0, CLEAN_LEN), 1.0), (slice(CLEAN_LEN, None), diffusion_weight)):
+        part = labels[:, rows]
+        if (part != IGNORE).any():
+            loss = loss + weight * F.cross_entropy(
+                logits[:, rows].flatten(0, 1), part.flatten(), ignore_index=IGNORE)
+    return loss
 
 
 def train(
@@ -164,12 +177,11 @@ def train(
                         output_hidden_states=stage.exit_layer is not None)
         else:  # plain causal attention
             out = model(input_ids=ids, output_hidden_states=stage.exit_layer is not None)
-        loss = F.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        loss = objective(out.logits, labels, stage.diffusion_weight)
         if stage.exit_layer is not None:
             hidden = model.model.norm(out.hidden_states[stage.exit_layer])
             early = model.lm_head(hidden)
-            loss = loss + stage.exit_weight * F.cross_entropy(
-                early.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+            loss = loss + stage.exit_weight * objective(early, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -184,12 +196,12 @@ def train(
 # Steps are sized for about 13 minutes on 2 CPU cores in all. The verifier also trains an
 # early exit after two layers, so the 2-layer drafter starts from a network that can
 # already do some arithmetic (a truncated network without it cannot).
-VERIFIER = Stage("verifier", steps=2200, lr=3e-3, batch=64, ar=True, diffusion=None,
+VERIFIER = Stage("verifier", steps=2700, lr=3e-3, batch=64, ar=True, diffusion=None,
                  exit_layer=2, three_operand_share=0.7)
 DRAFTER = Stage("drafter", steps=160, lr=1e-3, batch=128, ar=True, diffusion="shifted",
-                block_rows=64)
-SELF = Stage("self", steps=120, lr=5e-4, batch=128, ar=True, diffusion="shifted",
-             block_rows=48)
+                block_rows=64, diffusion_weight=3.0)
+SELF = Stage("self", steps=120, lr=2e-4, batch=128, ar=True, diffusion="shifted",
+             block_rows=48, diffusion_weight=0.25, three_operand_share=0.7)
 
 PROFILES = {
     "verifier": {"role": "verifier", "mask_token_id": None},
