@@ -52,4 +52,4 @@ def decode_bench(
         table.add_row(r["config"], f"{r['accuracy']:.2f}", f"{r['tokens_per_nfe']:.2f}", rate,
                       f"{r['mean_accept_len']:.2f}", f"{r['speedup']:.2f}x", f"{r['model_ms_per_iter']:.2f}",
                       f"{r['overhead_ms_per_iter']:.2f}", str(r["exact"]))
-    Console().print(table)
+    Console(width=160).print(table)

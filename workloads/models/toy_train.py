@@ -56,6 +56,7 @@ class Stage:
     three_operand_share: float = 0.5  # training mix; the hard cases are the 3-operand ones
     diffusion_weight: float = 1.0
     fully_masked: float = 0.0  # share of noisy blocks with every slot masked
+    max_width: int = MAX_CANVAS  # noisy blocks are 1..max_width slots wide
 
 
 def model_config(vocab: int, layers: int, profile: dict) -> LlamaConfig:
@@ -96,7 +97,7 @@ def sample_sequences(rng: random.Random, tok: PreTrainedTokenizerFast, n: int, t
 def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizerFast):
     """Tensors for one step: ids, position ids, additive mask, labels, all (b, T[, T])."""
     eos, pad, mask_id = tok.eos_token_id, tok.pad_token_id, tok.mask_token_id
-    width = rng.randint(1, MAX_CANVAS) if stage.diffusion else 0
+    width = rng.randint(1, stage.max_width) if stage.diffusion else 0
     blocks = max(1, stage.block_rows // (width + 1)) if stage.diffusion else 0
     # Clean rows: a fixed span when blocks follow them, else just the longest sequence.
     clean = CLEAN_LEN if stage.diffusion else max(len(seq) for seq, _ in seqs)
