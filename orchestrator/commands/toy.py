@@ -57,16 +57,18 @@ def evaluate(
     n: int = typer.Option(200, "--n", min=1, help="Test prompts."),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json"),
+    strict: bool = typer.Option(True, "--strict/--no-strict", help="Exit 1 when a check fails."),
 ) -> None:
     """Accuracy of every toy model and mode on arith test prompts, with the quality checks.
 
-    Exits 1 when a check fails.
+    The checks are sized for the default 200 prompts; with --strict (default) a failed check
+    exits 1.
     """
     from workloads.models.toy_eval import quality
 
     if not (directory / "verifier" / "config.json").is_file():
         raise ValueError(f"--dir: {directory} holds no trained toy pair (run `specsweep toy train`)")
-    if not _print_quality(quality(directory, n=n, seed=seed), as_json):
+    if not _print_quality(quality(directory, n=n, seed=seed), as_json) and strict:
         raise typer.Exit(1)
 
 
