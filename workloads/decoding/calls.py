@@ -26,7 +26,7 @@ class Meter:
     model_s: float = 0.0
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -51,11 +51,11 @@ class CachedModel:
         if q > 1 or visible is not None:
             rows = causal(q) if visible is None else visible
             mask = additive(rows_after_cache(self.length, rows)[None], self.dtype).to(self.device)
-        _sync(self.device)
+        sync(self.device)
         start = time.perf_counter()
         logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
                             attention_mask=mask, cache=self.cache, use_cache=True).logits[0]
-        _sync(self.device)
+        sync(self.device)
         self.meter.model_s += time.perf_counter() - start
         self.meter.nfe += 1
         self.meter.rows += q

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from workloads.decoding.acceptance import draw, verify
-from workloads.decoding.calls import CachedModel, Meter, _sync
+from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
 from workloads.decoding.output import Output
@@ -179,7 +179,7 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     meter = Meter()
     run = _Run(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
     settings = _draft_settings(pair, config)
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     if config.schedule == "ar":
         _ar(run, CachedModel(verifier_model, meter), ids)
@@ -188,7 +188,7 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     else:
         _speculative(run, CachedModel(drafter_model, meter), CachedModel(verifier_model, meter), ids,
                      settings, packed=config.schedule == "packed")
-    _sync(device)
+    sync(device)
     wall = time.perf_counter() - start
     return DecodeResult(
         text=run.out.text(), token_ids=list(run.out.ids), new_tokens=len(run.out.ids), wall_s=wall,

@@ -231,9 +231,7 @@ def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "
               log: Callable[[str], None] = print) -> None:
     """Train the toy pair into out/{verifier,drafter,self}; later stages start from the
     verifier in out/verifier when it is not retrained in this call."""
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     tok = build_char_tokenizer()
-    tok.mask_token_id  # noqa: B018  (fails early if the tokenizer lost its mask token)
     if "verifier" in stages:
         torch.manual_seed(seed)
         verifier = LlamaForCausalLM(model_config(len(tok), 4, PROFILES["verifier"]))
