@@ -25,7 +25,7 @@ def ar_tokens(pair, prompts):
 
 EFFORTS = [dict(steps=1)] + [dict(steps=k, unmask=u) for k in (2, 4)
                              for u in ("ltr", "confidence", "margin", "entropy", "random")] + \
-          [dict(threshold=0.7, unmask=u) for u in ("ltr", "confidence")]  # τ: exact order and not
+          [dict(threshold=0.7, unmask=u) for u in ("ltr", "confidence", "margin", "entropy", "random")]
 
 
 CASES = [(schedule, block, effort) for schedule in ("linear", "packed") for block in (2, 4, 8)
