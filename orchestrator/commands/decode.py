@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def decode(
     loaded = load_pair(pair)
     for text in texts:
         for sample in range(num_samples):
-            one = DecodeConfig.from_dict({**cfg.to_dict(), "seed": cfg.seed + sample})
+            one = dataclasses.replace(cfg, seed=cfg.seed + sample)
             result = run_decode(loaded, text, one)
             if as_json:
                 typer.echo(json.dumps({"prompt": text, "seed": one.seed, **result.to_dict()}))

@@ -96,7 +96,7 @@ def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: 
     `pending` are verified tokens not yet in the drafter's cache; the first call caches them.
     """
     tokens = torch.full((width,), settings.mask_token_id, dtype=torch.long, device=drafter.device)
-    q = torch.zeros(0)
+    q = torch.zeros(0, 1, device=drafter.device)  # a width-0 draft: no call, nothing to verify
     step = 0
     while bool((tokens == settings.mask_token_id).any()):
         logits = drafter.block(pending, last, tokens)

@@ -109,10 +109,6 @@ def _verify_step(run: _Run, verifier: CachedModel, last: int, draft: Draft) -> l
     return draft.tokens[: verdict.accepted].tolist() + [verdict.token]
 
 
-def _empty(device) -> Draft:
-    return Draft(torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, 1, device=device), 0)
-
-
 def _ar(run: _Run, verifier: CachedModel, prompt: list[int]) -> None:
     logits = verifier.causal(prompt)
     while True:
@@ -142,27 +138,26 @@ def _speculative(run: _Run, drafter: CachedModel, verifier: CachedModel, prompt:
     if run.out.extend([last]):
         return
     pending = list(prompt)  # verified tokens the drafter has not cached (all but `last`)
-    draft = diffusion_draft(drafter, pending, last, block, settings, run.generator) if packed else None
     if packed:
+        draft = diffusion_draft(drafter, pending, last, block, settings, run.generator)
         pending = []
     while True:
         room = run.out.remaining - 1  # verification always adds one token
-        if packed:
-            ahead = diffusion_draft(drafter, pending, last, block, settings, run.generator)
-        else:
-            width = min(block, room)
-            draft = diffusion_draft(drafter, pending, last, width, settings, run.generator) if width > 0 \
-                else _empty(verifier.device)
-        pending = [] if (packed or draft.steps) else pending
+        fresh = diffusion_draft(drafter, pending, last, block if packed else min(block, room), settings,
+                                run.generator)
+        if fresh.steps:  # a drafting call cached the pending tokens
+            pending = []
+        if not packed:
+            draft = fresh
         checked = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
         emitted = _verify_step(run, verifier, last, checked)
         pending += [last] + emitted[:-1]
         last = emitted[-1]
         if run.out.extend(emitted):
             return
-        if packed:
+        if packed:  # the slots the verifier just filled are dropped from the next draft
             keep = len(emitted)
-            draft = Draft(ahead.tokens[keep:], ahead.q[keep:], ahead.steps)
+            draft = Draft(fresh.tokens[keep:], fresh.q[keep:], fresh.steps)
 
 
 @torch.inference_mode()

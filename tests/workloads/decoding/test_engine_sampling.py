@@ -5,6 +5,7 @@ deterministic) between AR sampling and each exact configuration, on the joint of
 three new tokens.
 """
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -21,7 +22,7 @@ SAMPLING = dict(temperature=1.0, top_k=3, max_new_tokens=3)
 def joint_counts(pair, config: DecodeConfig) -> Counter:
     counts: Counter = Counter()
     for seed in range(SAMPLES):
-        one = DecodeConfig.from_dict({**config.to_dict(), "seed": 10_000 + seed})
+        one = dataclasses.replace(config, seed=10_000 + seed)
         counts[tuple(decode(pair, PROMPT, one).token_ids)] += 1
     return counts
 
