@@ -1,0 +1,151 @@
+"""Runs inside the sandbox process: confine itself, then execute `program.py` in the cwd.
+
+Started as `python -I -S sandbox_child.py MEMORY_MB CPU_S` with a scrubbed environment in a
+throwaway directory. Standard library only (no site-packages under -S). Layers, strongest
+first, each applied when the kernel offers it:
+
+1. seccomp: the socket, fork, vfork, clone and clone3 system calls fail, so no network of
+   any kind and no new processes or threads (fork bombs, os.system, subprocess);
+2. Landlock: reads only under the Python installation and system library dirs, writes only
+   in the throwaway dir, no TCP bind/connect, no signals or abstract sockets outside;
+3. rlimits: address space, CPU time, file size, and no new processes (RLIMIT_NPROC);
+4. Python-level stubs that make process, signal and socket calls raise, so code that tries
+   them fails its tests instead of silently carrying on.
+
+(A user + network namespace was tried first: inside it RLIMIT_NPROC no longer counts the
+caller's processes, and a ctypes fork bomb ran until the wall-time kill.)
+
+The first line of stderr names the layers in force (`sandbox: ...`).
+"""
+
+import ctypes
+import os
+import resource
+import sys
+
+_FS_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_READ = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read file, read dir
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+# (audit arch, denied syscall numbers): socket, clone, fork, vfork, clone3
+_DENIED = {"x86_64": (0xC000003E, (41, 56, 57, 58, 435)), "aarch64": (0xC00000B7, (198, 220, 435))}
+
+
+def _seccomp(libc) -> bool:
+    """Install a BPF filter: denied syscalls return EPERM; on x86_64 the x32 ABI is refused."""
+    machine = os.uname().machine
+    if machine not in _DENIED:
+        return False
+    arch, denied = _DENIED[machine]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    n = len(denied)
+    code = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (load, 0, 0, 0),
+            (jge, n + 1, 0, 0x40000000)]  # x32 syscall numbers go to deny
+    code += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    filters = (Filter * len(code))(*[Filter(*c) for c in code])
+    program = Program(len(code), filters)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
+
+
+def _landlock(libc, workdir: str) -> bool:
+    abi = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return False
+    fs = _FS_ABI[max(k for k in _FS_ABI if k <= abi)]
+
+    class Ruleset(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+    attr = Ruleset(fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    readable = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/dev/urandom",
+                "/proc/self"}
+    rules = [(p, _READ) for p in readable] + [("/dev/null", fs), (workdir, fs)]
+    file_rights = fs & ((1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15))
+    for path, allowed in rules:
+        try:
+            fd = os.open(path, os.O_PATH)
+        except OSError:
+            continue
+        allowed &= fs if os.path.isdir(path) else file_rights
+        rule = PathBeneath(allowed, fd)
+        libc.syscall(_ADD_RULE, ruleset, ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
+        os.close(fd)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, required by restrict_self
+        return False
+    done = libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) == 0
+    os.close(ruleset)
+    return done
+
+
+def _rlimits(memory_mb: int, cpu_s: int) -> None:
+    for limit, value in ((resource.RLIMIT_AS, memory_mb << 20), (resource.RLIMIT_CPU, cpu_s),
+                         (resource.RLIMIT_FSIZE, 16 << 20), (resource.RLIMIT_NPROC, 1),
+                         (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
+
+
+def _disabled(name: str):
+    def refuse(*args, **kwargs):
+        raise PermissionError(f"sandbox: {name} is disabled")
+
+    return refuse
+
+
+def _stubs() -> None:
+    import socket
+    import subprocess
+
+    for name in ("system", "popen", "fork", "forkpty", "kill", "killpg", "execv", "execve", "execvp",
+                 "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnl",
+                 "spawnle", "posix_spawn", "posix_spawnp", "setsid", "putenv", "chdir", "chroot"):
+        if hasattr(os, name):
+            setattr(os, name, _disabled(f"os.{name}"))
+    subprocess.Popen = _disabled("subprocess")  # type: ignore[assignment,misc]
+    socket.socket = _disabled("socket")  # type: ignore[assignment,misc]
+    socket.create_connection = _disabled("socket")
+
+
+def main() -> None:
+    memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
+    workdir = os.getcwd()
+    with open("program.py") as f:
+        source = f.read()
+    libc = _libc()
+    _stubs()  # before seccomp: importing socket and subprocess must still work
+    landlock = _landlock(libc, workdir)
+    _rlimits(memory_mb, cpu_s)
+    layers = [name for name, ok in (("seccomp", _seccomp(libc)), ("landlock", landlock)) if ok]
+    sys.stderr.write(f"sandbox: {'+'.join(layers + ['rlimits', 'stubs'])}\n")
+    sys.stderr.flush()
+    code = compile(source, "program.py", "exec")
+    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+
+
+if __name__ == "__main__":
+    main()
