@@ -53,3 +53,37 @@ def decode_bench(
                       f"{r['mean_accept_len']:.2f}", f"{r['speedup']:.2f}x", f"{r['model_ms_per_iter']:.2f}",
                       f"{r['overhead_ms_per_iter']:.2f}", str(r["exact"]))
     Console(width=160).print(table)
+
+
+@app.command("sandbox")
+@user_errors
+def sandbox_bench(
+    n: int = typer.Option(164, "--n", min=1, help="HumanEval problems (canonical solutions)."),
+) -> None:
+    """Per HumanEval problem: the canonical solution run in this process (trusted code) and
+    through the sandbox, interleaved; prints the sandbox's overhead per problem."""
+    import contextlib
+    import io
+    import time
+
+    from workloads.tasks import get_task
+    from workloads.tasks.sandbox import run_python
+
+    task = get_task("humaneval")
+    inline = confined = 0.0
+    passed = 0
+    for ex in task.examples(n=n, seed=0):
+        program = task.program(ex, ex.reference)
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(program, ex.meta["task_id"], "exec"), {"__name__": "__main__"})
+        inline += time.perf_counter() - start
+        run = run_python(program)
+        confined += run.wall_s
+        passed += run.passed
+    count = min(n, 164)
+    typer.echo(f"{count} HumanEval canonical solutions, {passed} passed in the sandbox ({run.layers})")
+    typer.echo(f"in process   {1000 * inline / count:8.2f} ms/problem")
+    typer.echo(f"sandboxed    {1000 * confined / count:8.2f} ms/problem")
+    typer.echo(f"overhead     {1000 * (confined - inline) / count:8.2f} ms/problem "
+               f"({confined / max(inline, 1e-9):.0f}x)")

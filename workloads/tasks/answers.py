@@ -85,11 +85,13 @@ def as_number(answer: str) -> Fraction | None:
     """The exact value of a plain number or a/b fraction after normalize(); None otherwise."""
     s = normalize(answer)
     s = re.sub(r"[a-zA-Z]+$", "", s)  # trailing units: `18dollars`, `5cm`
+    sign = -1 if s.startswith("-(") else 1  # `-\\frac{3}{6}` became `-(3)/(6)`
+    s = s[1:] if sign < 0 else s
     m = re.fullmatch(r"\(?(-?[\d.]+)\)?/\(?(-?[\d.]+)\)?", s)
     try:
         if m:
-            return Fraction(m.group(1)) / Fraction(m.group(2))
-        return Fraction(s) if re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s) else None
+            return sign * Fraction(m.group(1)) / Fraction(m.group(2))
+        return sign * Fraction(s) if re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s) else None
     except (ValueError, ZeroDivisionError):
         return None
 

@@ -11,7 +11,7 @@ import hashlib
 import random
 import re
 
-from workloads.tasks.base import Example, Task, check_split
+from workloads.tasks.base import Example, Score, Task, check_split
 
 _ANSWER = re.compile(r"#(-?\d+)")
 # Fraction of the prompt space in each split; membership is a hash of the prompt, so the
@@ -51,8 +51,10 @@ def parse_answer(completion: str) -> int | None:
 class Arith(Task):
     name = "arith"
 
-    def examples(self, split: str = "test", n: int = 100, seed: int = 0) -> list[Example]:
+    def examples(self, split: str = "test", n: int | None = 100, seed: int = 0) -> list[Example]:
         check_split(split)
+        if n is None:
+            raise ValueError("n: arith generates examples; give how many")
         if n < 0:
             raise ValueError(f"n must be >= 0; got {n}")
         rng = random.Random(f"arith:{split}:{seed}")
@@ -66,6 +68,13 @@ class Arith(Task):
             out.append(Example(len(out), prompt, reference, str(value)))
         return out
 
-    def score(self, example: Example, completion: str) -> float:
+    def example(self, index: int) -> Example:
+        """Test example `index` of the default (seed 0) sequence."""
+        if index < 0:
+            raise ValueError(f"index: must be >= 0; got {index}")
+        return self.examples("test", n=index + 1)[index]
+
+    def judge(self, example: Example, completion: str) -> Score:
         got = parse_answer(completion)
-        return float(got is not None and str(got) == example.answer)
+        return Score(float(got is not None and str(got) == example.answer),
+                     f"answer {got} (expected {example.answer})")

@@ -13,6 +13,12 @@ from pathlib import Path
 _BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
+def _kind(path: Path) -> str | None:
+    """The datasets builder for a file, looking through one compression suffix."""
+    suffixes = path.suffixes[-2:] if path.suffix in (".gz", ".bz2", ".xz", ".zst") else path.suffixes[-1:]
+    return _BUILDERS.get(suffixes[0]) if suffixes else None
+
+
 class DataError(ValueError):
     """A dataset that cannot be loaded; the message says how to supply it."""
 
@@ -28,10 +34,10 @@ class Source:
 
 
 def _local_files(path: Path) -> tuple[str, list[str]]:
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in _BUILDERS)
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if _kind(p))
     if not files:
         raise DataError(f"data: no .json, .jsonl or .parquet file in {path}")
-    builders = {_BUILDERS.get(p.suffix) for p in files}
+    builders = {_kind(p) for p in files}
     if None in builders or len(builders) > 1:
         raise DataError(f"data: {path} must be JSON, JSON Lines or parquet (one kind); got "
                         f"{', '.join(p.name for p in files)}")

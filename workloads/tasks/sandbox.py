@@ -10,6 +10,7 @@ when it exits with status 0.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -39,10 +40,8 @@ class Execution:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
