@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The embedded default sweep: local Ray, local MLflow store (.specsweep/mlflow.db), toy pairs.
 demo: $(STAMP)
-	$(VENV)/bin/specsweep toy demo --n 5
-	$(VENV)/bin/specsweep toy eval --n 40 --no-strict
+	$(VENV)/bin/specsweep run sweeps/demo.yaml --fresh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

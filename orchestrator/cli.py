@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from orchestrator.commands import bench, decode, tasks, toy
+from orchestrator.commands import bench, decode, sweep, tasks, toy
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -19,6 +19,10 @@ app.add_typer(toy.app, name="toy")
 app.add_typer(tasks.app, name="tasks")
 app.command("decode")(decode.decode)
 app.add_typer(bench.app, name="bench")
+app.command("run")(sweep.run)
+app.command("status")(sweep.status)
+app.command("frontier")(sweep.frontier_cmd)
+app.command("export")(sweep.export)
 
 
 def main() -> None:

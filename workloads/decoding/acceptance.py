@@ -121,3 +121,13 @@ def verify(
     if not bool(residual.gt(0).any()):  # t ≈ q up to rounding: any draw from t is right
         residual = t[accepted]
     return Verdict(accepted, int(draw(residual, noise[accepted])))
+
+
+def greedy_verify(logits: torch.Tensor, drafted: torch.Tensor) -> Verdict:
+    """`lossless` at verifier temperature 0, without sampling machinery: p_i is one-hot at
+    argmax, so y_i is accepted iff it is the argmax, and the recovered or bonus token is the
+    argmax of the first row not accepted. logits (B + 1, V), drafted (B,)."""
+    best = logits.argmax(-1)  # (B + 1,)
+    n = drafted.shape[0]
+    accepted = int((best[:n] == drafted).long().cumprod(0).sum()) if n else 0
+    return Verdict(accepted, int(best[accepted]))

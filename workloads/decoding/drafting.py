@@ -104,8 +104,10 @@ def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: 
         logits = (logits[:-1] if settings.shifted else logits[1:]).float()  # (W, V)
         logits[:, settings.mask_token_id] = float("-inf")
         proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)
-        noise = torch.empty_like(proposal).exponential_(generator=generator)
-        candidates = draw(proposal, noise)
+        if settings.temperature == 0:  # one-hot proposals: the draw is their argmax
+            candidates = proposal.argmax(-1)
+        else:
+            candidates = draw(proposal, torch.empty_like(proposal).exponential_(generator=generator))
         probs = logits.softmax(-1)
         masked = tokens == settings.mask_token_id
         confidence = probs.gather(1, candidates[:, None]).squeeze(1)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from workloads.decoding.acceptance import draw, verify
+from workloads.decoding.acceptance import draw, greedy_verify, verify
 from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
@@ -97,10 +97,13 @@ def _verify_step(run: _Run, verifier: CachedModel, last: int, draft: Draft) -> l
     c = run.config
     n = draft.tokens.shape[0]
     logits = verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
-    p = distribution(logits, c.temperature, c.top_k, c.top_p)  # (n + 1, V)
-    uniforms = torch.rand(n, generator=run.generator, device=run.generator.device)
-    noise = torch.empty_like(p).exponential_(generator=run.generator)
-    verdict = verify(c.rule, p, draft.q, draft.tokens, uniforms, noise, c.leniency)
+    if c.temperature == 0 and c.rule == "lossless":
+        verdict = greedy_verify(logits, draft.tokens)
+    else:
+        p = distribution(logits, c.temperature, c.top_k, c.top_p)  # (n + 1, V)
+        uniforms = torch.rand(n, generator=run.generator, device=run.generator.device)
+        noise = torch.empty_like(p).exponential_(generator=run.generator)
+        verdict = verify(c.rule, p, draft.q, draft.tokens, uniforms, noise, c.leniency)
     verifier.crop(n - verdict.accepted)
     run.iterations += 1
     run.drafted += n

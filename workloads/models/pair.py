@@ -98,8 +98,7 @@ def _check_tokenizers(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) ->
             raise PairError(f"pair: drafter and verifier tokenizers differ in {name}")
 
 
-def load_pair(spec: str | dict) -> Pair:
-    """Load a bundled pair by name or a pair spec (see module docstring)."""
+def _resolve(spec: str | dict) -> tuple[str, dict]:
     if not isinstance(spec, str | dict):
         raise PairError(f"pair: expected a name or a mapping, got {type(spec).__name__}")
     name = spec if isinstance(spec, str) else spec.get("name", "custom")
@@ -107,6 +106,29 @@ def load_pair(spec: str | dict) -> Pair:
         if spec not in BUNDLED:
             raise PairError(f"pair: unknown pair {spec!r}; bundled pairs: {', '.join(BUNDLED)}")
         spec = BUNDLED[spec]
+    return name, spec
+
+
+def pair_kind(spec: str | dict) -> str:
+    """`self` or `two-model` for a pair spec, checked without loading any weights: local
+    paths must be model directories; hub ids are only checked when loaded."""
+    _, spec = _resolve(spec)
+    keys = set(spec) - {"name", "profile"}
+    if keys not in ({"model"}, {"drafter", "verifier"}):
+        raise PairError(
+            f"pair: expected keys {{drafter, verifier}} or {{model}}, got {{{', '.join(sorted(keys))}}}")
+    for field in sorted(keys):
+        ref = spec[field]
+        if not isinstance(ref, str) or not ref:
+            raise PairError(f"pair.{field}: expected a local path or hub id, got {ref!r}")
+        if _looks_like_path(ref) and not (Path(ref).expanduser() / "config.json").is_file():
+            raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
+    return "self" if keys == {"model"} else "two-model"
+
+
+def load_pair(spec: str | dict) -> Pair:
+    """Load a bundled pair by name or a pair spec (see module docstring)."""
+    name, spec = _resolve(spec)
     keys = set(spec) - {"name", "profile"}
     if keys == {"model"}:
         model, tok = _load("model", spec["model"])

@@ -101,3 +101,22 @@ def test_draw_samples_proportionally_to_unnormalised_weights():
     noise = torch.empty(20000, 3).exponential_(generator=g)
     counts = torch.bincount(draw(torch.tensor([2.0, 1.0, 0.0]), noise), minlength=3)
     assert counts[2] == 0 and abs(counts[0] / 20000 - 2 / 3) < 0.015
+
+
+def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
+    from workloads.decoding.acceptance import greedy_verify
+    from workloads.decoding.sampling import distribution
+
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(300):
+        n, v = trial % 6, 7
+        logits = torch.randn(n + 1, v, generator=gen)
+        best = logits.argmax(-1)
+        other = torch.randint(0, v, (n,), generator=gen)
+        drafted = torch.where(torch.rand(n, generator=gen) < 0.7, best[:n], other)
+        # a greedy drafter's one-hot proposals, or a sampled drafter's full ones
+        q = onehot(drafted.tolist(), v) if trial % 2 else torch.randn(n, v, generator=gen).softmax(-1)
+        p = distribution(logits, 0.0, 0, 1.0)
+        noise = torch.empty(n + 1, v).exponential_(generator=gen)
+        full = verify("lossless", p, q, drafted, torch.rand(n, generator=gen), noise, 0.0)
+        assert greedy_verify(logits, drafted) == full

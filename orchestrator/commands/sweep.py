@@ -1,0 +1,209 @@
+"""`specsweep run | status | frontier | export`: launch a sweep and read its results."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from orchestrator.errors import user_errors
+
+ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sweep state, local MLflow).")
+
+
+def _frontier_rows(spec, study) -> list[dict]:
+    from orchestrator.driver import frontier
+
+    rows = []
+    for t in frontier(study, spec):
+        rows.append(
+            {
+                "trial": t.number,
+                "pair": t.user_attrs["pair"],
+                "exact": t.user_attrs["exact"],
+                "config": t.user_attrs["config"],
+                "params": t.params,
+                "objectives": dict(zip(spec.objectives, t.values)),
+                "metrics": t.user_attrs.get("metrics", {}),
+                "run_id": _run_id(study, t.number),
+            }
+        )
+    return rows
+
+
+def _run_id(study, number: int) -> str | None:
+    """The trial's MLflow run id, looked up by its tags (the driver logs runs after tell)."""
+    from mlflow.tracking import MlflowClient
+
+    uri, parent = study.user_attrs.get("tracking_uri"), study.user_attrs.get("parent_run")
+    if not uri or not parent:
+        return None
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_run(parent).info.experiment_id
+    runs = client.search_runs(
+        [experiment],
+        f"tags.mlflow.parentRunId = '{parent}' and tags.`specsweep.trial` = '{number}'",
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def _table(title: str, spec, rows: list[dict]):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        c = r["config"]
+        effort = f"τ={c['threshold']}" if c.get("threshold") is not None else f"K={c.get('steps') or 1}"
+        table.add_row(
+            str(r["trial"]),
+            r["pair"],
+            c["schedule"],
+            str(c["block"]),
+            effort,
+            c["rule"],
+            f"{c['leniency']:g}",
+            *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
+            "yes" if r["exact"] else "no (lossy)",
+        )
+    return table
+
+
+@user_errors
+def run(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="Sweep spec YAML (see sweeps/demo.yaml)."),
+    trials: int = typer.Option(
+        None, "--trials", min=1, help="Finished trials to reach (default: the spec's)."
+    ),
+    resume: bool = typer.Option(False, "--resume", help="Continue the sweep's existing state."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard the sweep's existing state first."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster (default: the spec's cluster)."),
+    tracking_uri: str = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow URI (default: the spec's, else a local sqlite store under .specsweep/).",
+    ),
+    root: Path = ROOT,
+) -> None:
+    """Run a sweep: baselines, then trials on Ray workers, tracked in MLflow."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from orchestrator.driver import Driver
+    from orchestrator.spec import load_spec
+
+    if resume and fresh:
+        raise ValueError("--resume, --fresh: give one of them")
+    spec = load_spec(spec_path)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}  frontier {task.fields[frontier]}  {task.fields[note]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    task_id = bar.add_task(f"sweep {spec.name}", total=spec.search.trials, failed=0, frontier=0, note="")
+
+    def show(p) -> None:
+        bar.update(
+            task_id, completed=p.finished, total=p.target, failed=p.failed, frontier=p.frontier, note=p.note
+        )
+
+    driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)
+    start = time.time()
+    try:
+        with bar:
+            study = driver.run(resume=resume, fresh=fresh)
+    except KeyboardInterrupt:
+        console.print(
+            f"interrupted: trials in flight marked failed; continue with specsweep run {spec_path} --resume"
+        )
+        raise typer.Exit(130) from None
+    rows = _frontier_rows(spec, study)
+    console.print(
+        _table(f"frontier of {spec.name} ({len(rows)} trials; {time.time() - start:.0f} s)", spec, rows)
+    )
+    console.print(
+        f"MLflow: {driver.tracking_uri} (experiment {spec.tracking.experiment or spec.name}, "
+        f"parent run {driver.parent_run}); browse with: mlflow ui --backend-store-uri "
+        f"{driver.tracking_uri}"
+    )
+    if driver.progress.note:
+        console.print(driver.progress.note)
+
+
+@user_errors
+def status(name: str = typer.Argument(..., metavar="SWEEP"), root: Path = ROOT) -> None:
+    """Trials finished, failed and in flight; baselines; frontier size; where results are."""
+    import optuna
+
+    from orchestrator.driver import frontier, load_sweep
+
+    spec, study = load_sweep(root, name)
+    trials = study.get_trials(deepcopy=False)
+    count = lambda state: sum(t.state == state for t in trials)  # noqa: E731
+    interrupted = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
+    typer.echo(
+        f"sweep {name}: {count(optuna.trial.TrialState.COMPLETE)} complete, "
+        f"{count(optuna.trial.TrialState.FAIL) - interrupted} failed, {interrupted} interrupted, "
+        f"{count(optuna.trial.TrialState.RUNNING)} running, {count(optuna.trial.TrialState.WAITING)} "
+        f"queued; target {spec.search.trials}"
+    )
+    for key, metrics in sorted(study.user_attrs.items()):
+        if key.startswith("baseline:"):
+            shown = ", ".join(
+                f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps")
+            )
+            typer.echo(f"{key.removeprefix('baseline:')}: {shown}")
+    typer.echo(f"frontier: {len(frontier(study, spec))} trials on {', '.join(spec.objectives)}")
+    typer.echo(
+        f"MLflow: {study.user_attrs.get('tracking_uri')} parent run {study.user_attrs.get('parent_run')}"
+    )
+
+
+@user_errors
+def frontier_cmd(
+    name: str = typer.Argument(..., metavar="SWEEP"),
+    root: Path = ROOT,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The frontier trials: params, metrics, MLflow run ids."""
+    from rich.console import Console
+
+    from orchestrator.driver import load_sweep
+
+    spec, study = load_sweep(root, name)
+    rows = _frontier_rows(spec, study)
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row))
+        return
+    Console().print(_table(f"frontier of {name}", spec, rows))
+
+
+@user_errors
+def export(
+    name: str = typer.Argument(..., metavar="SWEEP"),
+    out: Path = typer.Option(..., "--out", help="Directory for the exported configs."),
+    where: str = typer.Option(None, "--where", help="Filter, e.g. 'accuracy >= 0.9 * ar.accuracy'."),
+    root: Path = ROOT,
+) -> None:
+    """Write one YAML per frontier config (pair, config, metrics, exact, provenance)."""
+    from orchestrator.driver import load_sweep
+    from orchestrator.export import export_configs
+
+    spec, study = load_sweep(root, name)
+    paths = export_configs(spec, study, _frontier_rows(spec, study), out, where)
+    for p in paths:
+        typer.echo(str(p))
+    if not paths:
+        print("error: no frontier config matches --where", file=sys.stderr)
+        raise typer.Exit(1)

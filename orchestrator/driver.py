@@ -1,0 +1,570 @@
+"""The sweep driver: Optuna ask/tell over the joint space, shards on Ray workers, MLflow.
+
+Flow: validate the spec; open (or resume) the sweep state in `<root>/.specsweep/<name>/`
+(Optuna journal, shard cache, unsent MLflow logs); start the workers; run the baselines of
+every pair; then keep `search.parallel` trials in flight, each split into one shard per
+eligible worker, until `search.trials` trials have finished (or the grid is exhausted).
+
+Faults: a shard whose worker died is queued again (preferably for another worker) and Ray
+restarts the actor; a shard that raises is retried once more, after which its trial is
+recorded as failed in Optuna and MLflow and the sweep goes on. Ctrl-C (or SIGTERM) marks
+the trials in flight as failed-interrupted, ends the parent run as KILLED and leaves the
+state for `--resume`, which re-asks those configurations and reuses their finished shards
+from the cache, so no finished trial or shard runs twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+import ray
+import yaml
+
+from orchestrator.metrics import paired_bootstrap, pareto_front, trial_metrics
+from orchestrator.space import Candidate, choose_config, grid
+from orchestrator.spec import SpecError, SweepSpec, constraint_terms
+from orchestrator.tracking import Tracker, TrialLog, default_uri
+from orchestrator.workers import Shard, start_workers
+from workloads.decoding import DecodeConfig, is_exact
+from workloads.tasks import get_task
+
+MAX_ATTEMPTS = 2  # per shard, for errors raised by the decode itself
+MAX_LOST = 3  # per shard, for workers that died under it
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start (existing state without --resume, nothing to resume...)."""
+
+
+def state_dir(root: Path, name: str) -> Path:
+    return root / ".specsweep" / name
+
+
+def open_study(path: Path, spec: SweepSpec, create: bool = True) -> optuna.Study:
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = JournalStorage(JournalFileBackend(str(path / "study.journal")))
+    if not create:
+        return optuna.load_study(study_name=spec.name, storage=storage)
+    return optuna.create_study(
+        study_name=spec.name,
+        storage=storage,
+        load_if_exists=True,
+        directions=["maximize" if d == "max" else "minimize" for d in spec.objectives.values()],
+        sampler=make_sampler(spec),
+    )
+
+
+def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+    s = spec.search
+
+    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+        return trial.user_attrs.get("constraints", [0.0])
+
+    kwargs = {"constraints_func": constraints} if spec.constraints else {}
+    if s.sampler in ("grid", "random"):  # grid points are enqueued; see Driver._ask
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    if s.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, constant_liar=True, **kwargs)
+    if s.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=s.seed, **kwargs)
+    return optuna.samplers.GPSampler(seed=s.seed, **kwargs)
+
+
+def baseline_config(spec: SweepSpec, kind: str) -> DecodeConfig:
+    """`ar` (verifier alone) or `diffusion` (drafter alone, one token per step) with the
+    sweep's first sampling settings and output budget."""
+    dims = spec.dimension_values()
+    first = {k: dims[k][0] for k in ("temperature", "top_k", "top_p", "max_new_tokens") if k in dims}
+    if kind == "ar":
+        return DecodeConfig(schedule="ar", **first)
+    block = dims.get("block", [DecodeConfig.block])[0]
+    return DecodeConfig(schedule="diffusion", block=block, steps=block, **first)
+
+
+@dataclass
+class Job:
+    """One trial (or baseline) in flight."""
+
+    key: str  # "trial:<number>" or "baseline:<pair>:<kind>"
+    label: str
+    candidate: Candidate
+    shards: list[Shard]
+    trial: optuna.Trial | None = None
+    results: dict[int, dict] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    lost: dict[int, int] = field(default_factory=dict)
+    start: float = field(default_factory=time.time)
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == len(self.shards)
+
+
+@dataclass
+class Progress:
+    """What the CLI shows while a sweep runs."""
+
+    target: int
+    finished: int = 0
+    failed: int = 0
+    frontier: int = 0
+    note: str = ""
+
+
+class Driver:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        spec_yaml: str,
+        root: Path,
+        ray_address: str | None = None,
+        tracking_uri: str | None = None,
+        trials: int | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ):
+        self.spec, self.spec_yaml = spec, spec_yaml
+        self.dir = state_dir(root, spec.name)
+        self.root = root
+        self.ray_address = ray_address or (None if spec.cluster.address == "local" else spec.cluster.address)
+        self.tracking_uri = tracking_uri or spec.tracking.uri or default_uri(root / ".specsweep")
+        self.target = trials or spec.search.trials
+        self.on_progress = on_progress or (lambda p: None)
+        self.jobs: dict[str, Job] = {}
+        self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
+        self.inflight: dict = {}  # ray ref -> (job, shard index, worker index)
+        self.idle: list[int] = []
+        self.busy_s = 0.0
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _prepare(self, resume: bool, fresh: bool) -> None:
+        if fresh and self.dir.exists():
+            shutil.rmtree(self.dir)
+        exists = (self.dir / "study.journal").exists()
+        if exists and not resume:
+            raise SweepError(
+                f"sweep {self.spec.name!r} already has state in {self.dir}; pass --resume to "
+                "continue it or --fresh to start over"
+            )
+        if resume and not exists:
+            raise SweepError(f"sweep {self.spec.name!r}: nothing to resume in {self.dir}")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "shards").mkdir(exist_ok=True)
+        (self.dir / "spec.yaml").write_text(self.spec_yaml)
+        if self.spec.task.name == "arith" and self.spec.task.limit is None:
+            raise SpecError("spec: task.limit: arith generates its prompts; say how many (e.g. 40)")
+        task = get_task(self.spec.task.name, self.spec.task.data)
+        self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
+        self.by_index = {e.index: e for e in self.examples}
+        self.prompts = {e.index: e.prompt for e in self.examples}
+
+    def _start_ray(self) -> None:
+        import os
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        c = self.spec.cluster
+        if self.ray_address:
+            ray.init(address=self.ray_address, log_to_driver=False)
+            return
+        resources = {} if c.resource in ("cpu", "gpu") else {c.resource: c.slots}
+        temp = Path("/tmp") / f"specsweep-ray-{os.getuid()}"  # unix socket paths must stay short
+        ray.init(
+            num_cpus=max(c.slots, 1) + 1,
+            resources=resources,
+            include_dashboard=False,
+            _temp_dir=str(temp),
+            log_to_driver=False,
+            configure_logging=False,
+        )
+
+    def _start_workers(self) -> None:
+        pairs = {p.name: p.load_spec() for p in self.spec.pairs}
+        self.workers = start_workers(
+            self.spec.cluster.slots,
+            self.spec.cluster.resource,
+            pairs,
+            self.spec.task.name,
+            self.spec.search.seed,
+        )
+        names = [p.name for p in self.spec.pairs]
+        if self.spec.cluster.placement == "split":
+            self.serves = {i: [names[i % len(names)]] for i in range(len(self.workers))}
+        else:
+            self.serves = {i: names for i in range(len(self.workers))}
+        ray.get([w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)])
+        self.worker_info = ray.get([w.info.remote() for w in self.workers])
+        self.idle = list(range(len(self.workers)))
+
+    # -- jobs and shards ---------------------------------------------------------------------
+
+    def _job(self, key: str, label: str, candidate: Candidate, trial: optuna.Trial | None = None) -> Job:
+        eligible = [i for i, names in self.serves.items() if candidate.pair in names]
+        count = max(1, min(len(eligible), len(self.examples)))
+        indices = [e.index for e in self.examples]
+        size = math.ceil(len(indices) / count)
+        config = candidate.config.to_dict()
+        shards = [
+            Shard(trial.number if trial else -1, candidate.pair, config, tuple(indices[i : i + size]))
+            for i in range(0, len(indices), size)
+        ]
+        job = Job(key, label, candidate, shards, trial)
+        self.jobs[key] = job
+        for i, shard in enumerate(shards):
+            cached = self._cache_path(shard)
+            if cached.is_file():
+                job.results[i] = json.loads(cached.read_text())
+            else:
+                self.pending.append((job, i, None))
+        return job
+
+    def _cache_path(self, shard: Shard) -> Path:
+        key = json.dumps(
+            [shard.pair, shard.config, shard.indices, self.spec.task.model_dump()], sort_keys=True
+        )
+        return self.dir / "shards" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+    def _dispatch(self) -> None:
+        for worker in list(self.idle):
+            choice = None
+            for n, (job, _, avoid) in enumerate(self.pending):
+                if job.candidate.pair not in self.serves[worker]:
+                    continue
+                if avoid == worker and any(
+                    job.candidate.pair in self.serves[w] for w in self.idle if w != worker
+                ):
+                    continue
+                choice = n
+                break
+            if choice is None:
+                continue
+            job, i, _ = self.pending.pop(choice)
+            items = [(self.by_index[x], self.prompts[x]) for x in job.shards[i].indices]
+            ref = self.workers[worker].run.remote(job.shards[i], items)
+            self.inflight[ref] = (job, i, worker)
+            self.idle.remove(worker)
+
+    def _collect(self, timeout: float) -> list[Job]:
+        """Wait for shard results; returns jobs that became complete or failed."""
+        if not self.inflight:
+            return []
+        ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+        finished = []
+        for ref in ready:
+            job, i, worker = self.inflight.pop(ref)
+            self.idle.append(worker)
+            try:
+                out = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                job.lost[i] = job.lost.get(i, 0) + 1
+                if job.lost[i] >= MAX_LOST:
+                    job.error = f"shard {i}: its worker died {MAX_LOST} times"
+                else:
+                    self.pending.insert(0, (job, i, worker))
+                    continue
+            except ray.exceptions.RayError as err:
+                job.attempts[i] = job.attempts.get(i, 0) + 1
+                if job.attempts[i] >= MAX_ATTEMPTS:
+                    job.error = _cause(err)
+                else:
+                    self.pending.insert(0, (job, i, worker))
+                    continue
+            else:
+                self.busy_s += out["busy_s"]
+                job.results[i] = out
+                self._cache_path(job.shards[i]).write_text(json.dumps(out))
+            if job.error is not None:
+                self.pending = [p for p in self.pending if p[0] is not job]
+                if not any(j is job for j, _, _ in self.inflight.values()):
+                    finished.append(job)
+            elif job.done:
+                finished.append(job)
+        return finished
+
+    # -- trials ------------------------------------------------------------------------------
+
+    def _ask(self) -> Job | None:
+        trial = self.study.ask()
+        candidate = choose_config(self.spec, trial.suggest_categorical)
+        trial.set_user_attr("pair", candidate.pair)
+        trial.set_user_attr("config", candidate.config.to_dict())
+        trial.set_user_attr("exact", is_exact(candidate.config))
+        return self._job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
+
+    def _finished_trials(self) -> list[optuna.trial.FrozenTrial]:
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+        return [
+            t
+            for t in self.study.get_trials(deepcopy=False, states=states)
+            if not t.user_attrs.get("interrupted")
+        ]
+
+    def _records(self, job: Job) -> tuple[list[dict], list[str]]:
+        records = sorted(
+            (r for out in job.results.values() for r in out["records"]), key=lambda r: r["index"]
+        )
+        nodes = sorted({out["node"] for out in job.results.values()})
+        return records, nodes
+
+    def _params(self, candidate: Candidate) -> dict:
+        config = candidate.config.to_dict()
+        config.pop("seed")
+        config["stop"] = ",".join(config["stop"])
+        return {
+            **config,
+            "pair": candidate.pair,
+            "pair_kind": self.kinds[candidate.pair],
+            "task": self.spec.task.name,
+            "task_limit": self.spec.task.limit,
+            "task_seed": self.spec.task.seed,
+        }
+
+    def _log(self, job: Job, metrics: dict, tags: dict, records: list[dict], status: str) -> None:
+        table = [{**r, "prompt": self.prompts[r["index"]]} for r in records]
+        self.tracker.log_trial(
+            TrialLog(
+                name=job.label,
+                tags={
+                    "specsweep.sweep": self.spec.name,
+                    "mlflow.parentRunId": self.parent_run,
+                    "specsweep.pair": job.candidate.pair,
+                    "specsweep.exact": str(is_exact(job.candidate.config)).lower(),
+                    **tags,
+                },
+                params=self._params(job.candidate),
+                metrics=metrics,
+                table=table,
+                status=status,
+                start_ms=int(job.start * 1000),
+                end_ms=int(time.time() * 1000),
+            )
+        )
+
+    def _finish_baseline(self, job: Job) -> None:
+        _, pair, kind = job.key.split(":")
+        if job.error:
+            raise SweepError(f"baseline {kind} of pair {pair} failed: {job.error}")
+        records, nodes = self._records(job)
+        metrics = trial_metrics(records)
+        self.baselines[pair][kind] = records
+        if f"baseline:{pair}:{kind}" in self.study.user_attrs:
+            return  # logged by an earlier session of this sweep; its records came from the cache
+        self._log(
+            job,
+            metrics,
+            {"specsweep.role": "trial", "specsweep.baseline": kind, "specsweep.nodes": ",".join(nodes)},
+            records,
+            "FINISHED",
+        )
+        self.study.set_user_attr(f"baseline:{pair}:{kind}", metrics)
+
+    def _finish_trial(self, job: Job) -> None:
+        trial = job.trial
+        tags = {"specsweep.role": "trial", "specsweep.trial": str(trial.number)}
+        if job.error is None:
+            records, nodes = self._records(job)
+            tags["specsweep.nodes"] = ",".join(nodes)
+            metrics = trial_metrics(records)
+            ar = self.baselines.get(job.candidate.pair, {}).get("ar")
+            if ar:
+                metrics.update(paired_bootstrap(records, ar, seed=self.spec.search.seed))
+            missing = [m for m in self.spec.objectives if m not in metrics]
+            if missing:
+                job.error = f"objective {missing[0]} is undefined for this trial"
+        if job.error is not None:
+            self._log(job, {}, {**tags, "specsweep.error": job.error[:4000]}, [], "FAILED")
+            trial.set_user_attr("error", job.error)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.failed += 1
+        else:
+            values = [metrics[m] for m in self.spec.objectives]
+            trial.set_user_attr("metrics", metrics)
+            if self.spec.constraints:
+                trial.set_user_attr(
+                    "constraints",
+                    [
+                        (bound - metrics.get(m, -math.inf))
+                        if op == ">="
+                        else (metrics.get(m, math.inf) - bound)
+                        for m, op, bound in constraint_terms(self.spec.constraints)
+                    ],
+                )
+            self._log(job, metrics, tags, records, "FINISHED")
+            self.study.tell(trial, values)
+        self.progress.finished += 1
+        self.progress.frontier = len(frontier(self.study, self.spec))
+
+    # -- main loop ---------------------------------------------------------------------------
+
+    def run(self, resume: bool = False, fresh: bool = False) -> optuna.Study:
+        self._prepare(resume, fresh)
+        self.kinds = self.spec.pair_kinds()
+        self.study = open_study(self.dir, self.spec)
+        self.tracker = Tracker(
+            self.tracking_uri,
+            self.spec.tracking.experiment or self.spec.name,
+            self.root / ".specsweep" / "artifacts",
+            self.dir / "mlflow-pending.jsonl",
+        )
+        self.parent_run = self.tracker.start_sweep(
+            self.spec.name, self.spec_yaml, self.study.user_attrs.get("parent_run")
+        )
+        self.study.set_user_attr("parent_run", self.parent_run)
+        self.study.set_user_attr("tracking_uri", self.tracking_uri)
+        self._requeue_interrupted()
+        self.progress = Progress(self.target, finished=len(self._finished_trials()))
+        self.progress.failed = sum(t.state == optuna.trial.TrialState.FAIL for t in self._finished_trials())
+        previous = {signal.getsignal(signal.SIGTERM)}
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        self.started = time.time()
+        try:
+            self._start_ray()
+            self._start_workers()
+            self._run_baselines()
+            self._run_trials()
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        except BaseException:
+            self._interrupt(status="FAILED")
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous.pop())
+            unsent = 0 if self.tracker.flush() else self.tracker.save_pending()
+            if unsent:
+                self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
+            if ray.is_initialized():
+                ray.shutdown()
+        self.tracker.end_sweep(self.parent_run, "FINISHED")
+        self.wall_s = time.time() - self.started
+        return self.study
+
+    def _requeue_interrupted(self) -> None:
+        """Trials left RUNNING by a killed session: mark them failed-interrupted and ask
+        their configuration again (its finished shards come from the cache)."""
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            self.study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            self.study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            self.study.enqueue_trial(t.params, skip_if_exists=False)
+
+    def _run_baselines(self) -> None:
+        self.baselines: dict[str, dict[str, list[dict]]] = {p.name: {} for p in self.spec.pairs}
+        self.progress.note = "baselines"
+        self.on_progress(self.progress)
+        for pair in self.spec.pairs:
+            for kind in self.spec.baselines:
+                config = baseline_config(self.spec, kind)
+                self._job(
+                    f"baseline:{pair.name}:{kind}",
+                    f"{pair.name} {kind} baseline",
+                    Candidate(pair.name, config),
+                )
+        self._drain(lambda job: self._finish_baseline(job))
+        self.progress.note = ""
+
+    def _drain(self, finish: Callable[[Job], None]) -> None:
+        ready = [j for j in self.jobs.values() if j.done]
+        while True:
+            for job in ready:
+                self.jobs.pop(job.key, None)
+                finish(job)
+                self.on_progress(self.progress)
+            if not self.jobs:
+                return
+            self._dispatch()
+            ready = self._collect(timeout=1.0)
+            self.tracker.flush(retries=1)
+
+    def _run_trials(self) -> None:
+        planned = self._plan_grid()
+        while True:
+            done = self.progress.finished + len(self.jobs)
+            while len(self.jobs) < self.spec.search.parallel and done < self.target:
+                waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+                if planned is not None and not waiting:
+                    if not planned:
+                        break
+                    self.study.enqueue_trial(planned.pop(0))
+                self._ask()
+                done += 1
+            if not self.jobs:
+                return
+            for job in [j for j in self.jobs.values() if j.done]:
+                self.jobs.pop(job.key)
+                self._finish_trial(job)
+                self.on_progress(self.progress)
+            self._dispatch()
+            for job in self._collect(timeout=1.0):
+                self.jobs.pop(job.key, None)
+                self._finish_trial(job)
+                self.on_progress(self.progress)
+            self.tracker.flush(retries=1)
+
+    def _plan_grid(self) -> list[dict] | None:
+        """Grid points not yet tried (None when the sampler is not grid); the target shrinks
+        to what the grid holds."""
+        if self.spec.search.sampler != "grid":
+            return None
+        waiting = [
+            t.system_attrs.get("fixed_params", {})
+            for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        ]
+        tried = [t.params for t in self._finished_trials()] + waiting
+        remaining = [p for p in grid(self.spec) if p not in tried]
+        self.target = min(self.target, self.progress.finished + len(remaining) + len(waiting))
+        self.progress.target = self.target
+        return remaining
+
+    def _interrupt(self, status: str = "KILLED") -> None:
+        for job in self.jobs.values():
+            if job.trial is not None:
+                job.trial.set_user_attr("interrupted", True)
+                self.study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
+        self.jobs.clear()
+        self.tracker.end_sweep(self.parent_run, status)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _cause(err: Exception) -> str:
+    cause = getattr(err, "cause", None) or err
+    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+def frontier(study: optuna.Study, spec: SweepSpec) -> list[optuna.trial.FrozenTrial]:
+    """Feasible completed trials that no other feasible trial dominates on the objectives."""
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if all(c <= 0 for c in t.user_attrs.get("constraints", []))
+    ]
+    if not trials:
+        return []
+    front = pareto_front([tuple(t.values) for t in trials], tuple(spec.objectives.values()))
+    return sorted((trials[i] for i in front), key=lambda t: t.number)
+
+
+def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
+    """The spec and study of an existing sweep, for status / frontier / export."""
+    from orchestrator.spec import parse_spec
+
+    path = state_dir(root, name)
+    if not (path / "study.journal").is_file():
+        raise SweepError(f"sweep {name!r}: no state in {path} (run it first: specsweep run SPEC)")
+    spec = parse_spec(yaml.safe_load((path / "spec.yaml").read_text()), str(path / "spec.yaml"))
+    return spec, open_study(path, spec, create=False)

@@ -1,0 +1,96 @@
+"""The joint decoding space of a sweep as one conditional decision procedure.
+
+`choose_config(spec, choose)` walks the dimensions in a fixed order and asks `choose(name,
+values)` for each one that applies: the pair (when several), schedule, block, the effort
+kind (steps or threshold, when both are given), K (only values <= B, under a per-B name),
+τ, unmasking policy, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule
+cactus), then the sampling settings. Optuna trials answer through suggest_categorical; the
+grid enumerates every path of the same procedure, so both see the same space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.spec import SweepSpec
+from workloads.decoding.config import DecodeConfig
+
+Choose = Callable[[str, list], object]
+_SAMPLING = (
+    "unmask",
+    "temperature",
+    "top_k",
+    "top_p",
+    "draft_temperature",
+    "draft_top_k",
+    "draft_top_p",
+    "max_new_tokens",
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    pair: str
+    config: DecodeConfig  # seed is set per prompt by the worker
+
+
+def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
+    dims = spec.dimension_values()
+
+    def pick(name: str, key: str | None = None):
+        values = dims[key or name]
+        return values[0] if len(values) == 1 else choose(name, values)
+
+    names = [p.name for p in spec.pairs]
+    pair = names[0] if len(names) == 1 else choose("pair", names)
+    settings: dict = {}
+    for key in ("schedule", "block"):
+        if key in dims:
+            settings[key] = pick(key)
+    block = settings.get("block", DecodeConfig.block)
+    effort = "steps" if "steps" in dims else "threshold" if "threshold" in dims else None
+    if "steps" in dims and "threshold" in dims:
+        effort = choose("effort", ["steps", "threshold"])
+    if effort == "steps":
+        allowed = [k for k in dims["steps"] if k <= block]
+        if allowed:
+            label = "steps" if allowed == dims["steps"] else f"steps|B={block}"
+            settings["steps"] = allowed[0] if len(allowed) == 1 else choose(label, allowed)
+        else:
+            settings["steps"] = block  # every listed K exceeds this B: one token per step
+    elif effort == "threshold":
+        settings["threshold"] = pick("threshold")
+    if "rule" in dims:
+        settings["rule"] = pick("rule")
+    rule = settings.get("rule", DecodeConfig.rule)
+    if rule in ("linear", "match") and "leniency" in dims:
+        settings["leniency"] = pick("leniency")
+    elif rule == "cactus" and "delta" in dims:
+        settings["leniency"] = pick("delta")
+    for key in _SAMPLING:
+        if key in dims:
+            settings[key] = pick(key)
+    return Candidate(pair, DecodeConfig(**settings))
+
+
+def grid(spec: SweepSpec) -> list[dict]:
+    """Every path through choose_config: the params (name -> value) of each grid point."""
+    points, stack = [], [[]]
+    while stack:
+        prefix = stack.pop()
+        made: list = []
+
+        def choose(name, values, prefix=prefix, made=made):
+            if len(made) < len(prefix):
+                value = prefix[len(made)]
+            else:
+                value = values[0]
+                for alt in reversed(values[1:]):
+                    stack.append([v for _, v in made] + [alt])
+            made.append((name, value))
+            return value
+
+        choose_config(spec, choose)
+        points.append(dict(made))
+    return points

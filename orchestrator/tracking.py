@@ -1,0 +1,122 @@
+"""MLflow tracking, written only by the driver: a parent run per sweep, a nested run per trial.
+
+Each trial's logging is one unit of steps (create the run, log params/metrics/tags in one
+batch, the per-prompt table, terminate). A unit that fails midway (tracking server down)
+stays queued and resumes from the step that failed, so a retry never duplicates a run;
+`flush` retries the queue, and what is still unsent at the end is saved to a file that the
+next `--resume` replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+
+def default_uri(state_root: Path) -> str:
+    """A local sqlite store next to the sweep state (file stores are refused by MLflow 3)."""
+    return f"sqlite:///{(state_root / 'mlflow.db').resolve()}"
+
+
+@dataclass
+class TrialLog:
+    """Everything one nested run holds; `run_id` is set once the run exists."""
+
+    name: str
+    tags: dict[str, str]
+    params: dict[str, object]
+    metrics: dict[str, float]
+    table: list[dict]
+    status: str  # FINISHED | FAILED
+    start_ms: int
+    end_ms: int
+    run_id: str | None = None
+    steps_done: list[str] = field(default_factory=list)
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str, artifact_root: Path, pending_file: Path):
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self.pending_file = pending_file
+        self.queue: list[TrialLog] = []
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            self.experiment_id = found.experiment_id
+        else:
+            location = (
+                artifact_root.resolve().as_uri() if "://" not in uri or uri.startswith("sqlite") else None
+            )
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        if pending_file.is_file():  # left over from an earlier session
+            self.queue = [
+                TrialLog(**json.loads(line)) for line in pending_file.read_text().splitlines() if line
+            ]
+            pending_file.unlink()
+
+    def start_sweep(self, name: str, spec_yaml: str, run_id: str | None = None) -> str:
+        """Create the sweep's parent run, or reopen `run_id` when resuming."""
+        if run_id is not None:
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        run = self.client.create_run(
+            self.experiment_id, run_name=name, tags={"specsweep.role": "sweep", "specsweep.sweep": name}
+        )
+        self.client.log_text(run.info.run_id, spec_yaml, "spec.yaml")
+        return run.info.run_id
+
+    def end_sweep(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    def log_trial(self, log: TrialLog) -> None:
+        self.queue.append(log)
+        self.flush(retries=1)
+
+    def _send(self, log: TrialLog) -> None:
+        if log.run_id is None:
+            run = self.client.create_run(
+                self.experiment_id, run_name=log.name, start_time=log.start_ms, tags=log.tags
+            )
+            log.run_id = run.info.run_id
+        if "batch" not in log.steps_done:
+            self.client.log_batch(
+                log.run_id,
+                metrics=[Metric(k, float(v), log.end_ms, 0) for k, v in sorted(log.metrics.items())],
+                params=[Param(k, str(v)) for k, v in sorted(log.params.items())],
+            )
+            log.steps_done.append("batch")
+        if "table" not in log.steps_done:
+            text = "".join(json.dumps(row) + "\n" for row in log.table)
+            self.client.log_text(log.run_id, text, "prompts.jsonl")
+            log.steps_done.append("table")
+        self.client.set_terminated(log.run_id, status=log.status, end_time=log.end_ms)
+
+    def flush(self, retries: int = 3, wait_s: float = 1.0) -> bool:
+        """Send what is queued; True when the queue is empty."""
+        for attempt in range(retries):
+            while self.queue:
+                try:
+                    self._send(self.queue[0])
+                except Exception:  # server down, timeouts: keep it queued, try again later
+                    break
+                self.queue.pop(0)
+            if not self.queue:
+                return True
+            if attempt + 1 < retries:
+                time.sleep(wait_s * (attempt + 1))
+        return False
+
+    def save_pending(self) -> int:
+        """Write unsent trial logs for the next session; returns how many."""
+        if self.queue:
+            self.pending_file.parent.mkdir(parents=True, exist_ok=True)
+            self.pending_file.write_text("".join(json.dumps(log.__dict__) + "\n" for log in self.queue))
+        return len(self.queue)

@@ -1,0 +1,54 @@
+import optuna
+
+from orchestrator.space import choose_config, grid
+from orchestrator.spec import parse_spec
+
+
+def spec(space, pairs=("toy",)):
+    return parse_spec(
+        {
+            "name": "s",
+            "pairs": list(pairs),
+            "task": {"name": "arith", "limit": 2},
+            "space": space,
+            "objectives": {"throughput_tps": "max", "accuracy": "max"},
+        }
+    )
+
+
+def test_grid_covers_the_conditional_space_exactly_once():
+    s = spec(
+        {
+            "block": [2, 4],
+            "steps": [1, 2, 4],
+            "rule": ["lossless", "linear", "cactus"],
+            "leniency": [0.5, 1.0],
+            "delta": [1.0],
+        }
+    )
+    points = grid(s)
+    configs = [choose_config(s, lambda name, values, p=p: p[name]).config for p in points]
+    # B=2: K in {1, 2}; B=4: K in {1, 2, 4}; rules: lossless 1 + linear 2 + cactus 1 = 4
+    assert len(points) == (2 + 3) * 4 == len(set(configs))
+    assert all(c.steps <= c.block for c in configs)
+    assert {c.leniency for c in configs if c.rule == "cactus"} == {1.0}
+    assert {c.leniency for c in configs if c.rule == "lossless"} == {0.0}
+
+
+def test_pairs_and_effort_kinds_are_dimensions():
+    s = spec({"steps": [1], "threshold": [0.5, 0.9]}, pairs=("toy", "toy-self"))
+    points = grid(s)
+    assert len(points) == 2 * (1 + 2)
+    assert {p["pair"] for p in points} == {"toy", "toy-self"}
+
+
+def test_optuna_trials_walk_the_same_space():
+    s = spec({"schedule": ["linear", "packed"], "block": [2, 4], "steps": [1, 2, 4]})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    keys = {tuple(sorted(p.items())) for p in grid(s)}
+    for _ in range(30):
+        trial = study.ask()
+        candidate = choose_config(s, trial.suggest_categorical)
+        assert tuple(sorted(trial.params.items())) in keys
+        assert candidate.config.steps <= candidate.config.block
+        study.tell(trial, 0.0)

@@ -1,0 +1,53 @@
+import yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+runner = CliRunner()
+
+GOOD = {
+    "name": "cli",
+    "pairs": ["toy"],
+    "task": {"name": "arith", "limit": 2},
+    "space": {"schedule": ["linear"], "block": [2], "max_new_tokens": 8},
+    "objectives": {"throughput_tps": "max", "accuracy": "max"},
+    "search": {"sampler": "grid", "trials": 1, "parallel": 1},
+    "baselines": ["ar"],
+    "cluster": {"slots": 1},
+}
+
+
+def write(tmp_path, data):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_bad_spec_exits_2_with_one_line_and_creates_nothing(tmp_path):
+    bad = {**GOOD, "space": {**GOOD["space"], "leniency": [1.5]}}
+    result = runner.invoke(app, ["run", str(write(tmp_path, bad)), "--root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: spec: space.leniency") and result.output.count("\n") == 1
+    assert not (tmp_path / ".specsweep").exists()
+
+
+def test_run_then_status_frontier_export_and_decode(tmp_path):
+    spec = write(tmp_path, GOOD)
+    result = runner.invoke(app, ["run", str(spec), "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    again = runner.invoke(app, ["run", str(spec), "--root", str(tmp_path)])
+    assert again.exit_code == 2 and "--resume" in again.output
+    status = runner.invoke(app, ["status", "cli", "--root", str(tmp_path)])
+    assert "1 complete" in status.output and "toy:ar" in status.output
+    front = runner.invoke(app, ["frontier", "cli", "--root", str(tmp_path), "--json"])
+    assert front.exit_code == 0 and '"run_id": "' in front.output
+    out = tmp_path / "exported"
+    exported = runner.invoke(app, ["export", "cli", "--root", str(tmp_path), "--out", str(out)])
+    assert exported.exit_code == 0, exported.output
+    (path,) = out.glob("*.yaml")
+    document = yaml.safe_load(path.read_text())
+    assert document["exact"] is True and document["provenance"]["trial"] == 0
+    decoded = runner.invoke(app, ["decode", "--pair", "toy", "--config", str(path), "--prompt", "1+2="])
+    assert decoded.exit_code == 0, decoded.output
+    missing = runner.invoke(app, ["status", "nosuch", "--root", str(tmp_path)])
+    assert missing.exit_code == 2 and "nosuch" in missing.output
