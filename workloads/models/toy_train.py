@@ -55,8 +55,10 @@ class Stage:
     exit_weight: float = 0.5
     three_operand_share: float = 0.5  # training mix; the hard cases are the 3-operand ones
     diffusion_weight: float = 1.0
-    fully_masked: float = 0.0  # share of noisy blocks with every slot masked
+    fully_masked: float = 0.0  # share of short blocks with every slot masked
     max_width: int = MAX_CANVAS  # noisy blocks are 1..max_width slots wide
+    short_width: int = MAX_CANVAS  # blocks up to this wide count as short
+    short_share: float = 0.0  # share of steps whose blocks are short (1..short_width)
 
 
 def model_config(vocab: int, layers: int, profile: dict) -> LlamaConfig:
@@ -97,7 +99,8 @@ def sample_sequences(rng: random.Random, tok: PreTrainedTokenizerFast, n: int, t
 def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizerFast):
     """Tensors for one step: ids, position ids, additive mask, labels, all (b, T[, T])."""
     eos, pad, mask_id = tok.eos_token_id, tok.pad_token_id, tok.mask_token_id
-    width = rng.randint(1, stage.max_width) if stage.diffusion else 0
+    short = stage.short_share > 0 and rng.random() < stage.short_share
+    width = rng.randint(1, stage.short_width if short else stage.max_width) if stage.diffusion else 0
     blocks = max(1, stage.block_rows // (width + 1)) if stage.diffusion else 0
     # Clean rows: a fixed span when blocks follow them, else just the longest sequence.
     clean = CLEAN_LEN if stage.diffusion else max(len(seq) for seq, _ in seqs)
@@ -118,8 +121,10 @@ def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizer
             s = rng.randint(plen, len(seq) - 1)  # first drafted position
             target = [seq[j] if j < len(seq) else eos for j in range(s, s + width)]
             # Drafting starts from a fully masked canvas (and K = 1 never sees anything
-            # else); `fully_masked` of the blocks are trained that way.
-            t = 1.0 if rng.random() < stage.fully_masked else rng.random()
+            # else); `fully_masked` of the short blocks are trained that way. Long fully
+            # masked canvases teach the drafter to hedge towards end-of-sequence.
+            full = width <= stage.short_width and rng.random() < stage.fully_masked
+            t = 1.0 if full else rng.random()
             masked = [rng.random() < t for _ in range(width)]
             if not any(masked):
                 masked[rng.randrange(width)] = True
@@ -199,8 +204,10 @@ def train(
 # already do some arithmetic (a truncated network without it cannot).
 VERIFIER = Stage("verifier", steps=2700, lr=3e-3, batch=64, ar=True, diffusion=None,
                  exit_layer=2, three_operand_share=0.7)
-DRAFTER = Stage("drafter", steps=160, lr=1e-3, batch=128, ar=True, diffusion="shifted",
-                block_rows=64, diffusion_weight=3.0)
+# Half the drafter's steps use short fully masked blocks (mostly): the one-step drafts that
+# speculation verifies. That lifted the accepted length at B = 4 from about 1 to 2.2.
+DRAFTER = Stage("drafter", steps=400, lr=1e-3, batch=128, ar=True, diffusion="shifted",
+                block_rows=64, diffusion_weight=3.0, short_share=0.5, fully_masked=0.6, short_width=8)
 SELF = Stage("self", steps=120, lr=2e-4, batch=128, ar=True, diffusion="shifted",
              block_rows=48, diffusion_weight=0.25, three_operand_share=0.7)
 
