@@ -146,7 +146,9 @@ class Driver:
         self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
         self.inflight: dict = {}  # ray ref -> (job, shard index, worker index)
         self.idle: list[int] = []
-        self.busy_s = 0.0
+        self.busy_s = 0.0  # worker time on shards (decode + scoring), from their reports
+        self.decode_s = 0.0  # Σ wall_s of the decodes of finished trials
+        self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -375,6 +377,7 @@ class Driver:
         tags = {"specsweep.role": "trial", "specsweep.trial": str(trial.number)}
         if job.error is None:
             records, nodes = self._records(job)
+            self.decode_s += sum(r["wall_s"] for r in records)
             tags["specsweep.nodes"] = ",".join(nodes)
             metrics = trial_metrics(records)
             ar = self.baselines.get(job.candidate.pair, {}).get("ar")
@@ -488,6 +491,13 @@ class Driver:
             self.tracker.flush(retries=1)
 
     def _run_trials(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._trial_loop()
+        finally:
+            self.trials_s = time.perf_counter() - start
+
+    def _trial_loop(self) -> None:
         planned = self._plan_grid()
         while True:
             done = self.progress.finished + len(self.jobs)

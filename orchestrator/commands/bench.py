@@ -87,3 +87,42 @@ def sandbox_bench(
     typer.echo(f"sandboxed    {1000 * confined / count:8.2f} ms/problem")
     typer.echo(f"overhead     {1000 * (confined - inline) / count:8.2f} ms/problem "
                f"({confined / max(inline, 1e-9):.0f}x)")
+
+
+@app.command("sweep")
+@user_errors
+def sweep_bench(
+    trials: int = typer.Option(16, "--trials", min=2, help="Trials per run (short ones)."),
+    prompts: int = typer.Option(8, "--prompts", min=1, help="arith prompts per trial."),
+    max_slots: int = typer.Option(2, "--max-slots", min=1, help="Worker slots go 1 .. this."),
+) -> None:
+    """Orchestration overhead: the same sweep of many short trials with 1, 2, ... worker
+    slots, in this process. Prints the share of worker-slot time spent outside decoding in
+    the trial phase, 1 − Σ decode wall / (slots × phase wall), and trials per minute."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from orchestrator.driver import Driver
+    from orchestrator.spec import parse_spec
+
+    data = {
+        "name": "bench", "pairs": ["toy"], "task": {"name": "arith", "limit": prompts},
+        "space": {"schedule": ["linear", "packed"], "block": [2, 4, 8], "steps": [1, 2],
+                  "max_new_tokens": 24},
+        "objectives": {"throughput_tps": "max", "accuracy": "max"},
+        "search": {"sampler": "random", "trials": trials, "parallel": 2, "seed": 0}, "baselines": ["ar"],
+    }
+    typer.echo(f"{trials} trials x {prompts} prompts, toy pair, parallel trials 2")
+    base = None
+    for slots in range(1, max_slots + 1):
+        spec = parse_spec({**data, "cluster": {"slots": slots}})
+        with tempfile.TemporaryDirectory(prefix="specsweep-bench-") as root:
+            driver = Driver(spec, yaml.safe_dump(data), Path(root))
+            driver.run()
+        outside = 1 - driver.decode_s / (slots * driver.trials_s)
+        rate = 60 * trials / driver.trials_s
+        base = base or rate
+        typer.echo(f"slots {slots}: {rate:6.1f} trials/min ({rate / base:.2f}x of 1 slot), worker-slot time "
+                   f"outside decoding {100 * outside:.1f}%")

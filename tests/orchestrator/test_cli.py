@@ -20,14 +20,15 @@ def test_tasks_sample_prints_json_lines():
     result = run("tasks", "sample", "arith", "--n", "4", "--seed", "2", "--json")
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert result.exit_code == 0 and len(records) == 4
-    assert all(set(r) == {"prompt", "reference", "answer"} for r in records)
+    assert all(set(r) == {"index", "prompt", "reference", "answer"} for r in records)
     assert all(r["reference"].endswith("#" + r["answer"]) for r in records)
 
 
 def test_unknown_task_is_one_line_and_exit_code_2():
     result = run("tasks", "sample", "nope", "--n", "1")
     assert result.exit_code == 2
-    assert result.stderr.strip() == "error: unknown task 'nope'; known tasks: arith"
+    assert result.stderr.strip().startswith("error: task: unknown task 'nope'; known tasks: arith, ")
+    assert result.stderr.count("\n") == 1
 
 
 def test_decode_json_has_text_ids_and_every_measurement():
