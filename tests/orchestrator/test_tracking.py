@@ -36,7 +36,8 @@ class Flaky:
 
 
 def tracker(tmp_path):
-    return Tracker(f"sqlite:///{tmp_path / 'm.db'}", "exp", tmp_path / "artifacts", tmp_path / "pending.jsonl")
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    return Tracker(db, "exp", tmp_path / "artifacts", tmp_path / "pending.jsonl")
 
 
 def trial_runs(t):
