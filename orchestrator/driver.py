@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import shutil
 import signal
 import time
@@ -298,12 +299,38 @@ class Driver:
     # -- trials ------------------------------------------------------------------------------
 
     def _ask(self) -> Job | None:
+        """Start the next trial on a configuration not measured yet. A sampler that proposes
+        one already tried (TPE exploits) gets that trial pruned as a duplicate and an untried
+        grid point enqueued instead; None when the whole space has been tried."""
         trial = self.study.ask()
         candidate = choose_config(self.spec, trial.suggest_categorical)
+        if _key(trial.params) in self._tried(exclude=trial.number):
+            trial.set_user_attr("duplicate", True)
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            tried = self._tried(exclude=trial.number)
+            untried = [p for p in self._space() if _key(p) not in tried]
+            if not untried:
+                self.target = self.progress.target = self.progress.finished + len(self.jobs)
+                return None
+            self.study.enqueue_trial(random.Random(trial.number).choice(untried))
+            return self._ask()
         trial.set_user_attr("pair", candidate.pair)
         trial.set_user_attr("config", candidate.config.to_dict())
         trial.set_user_attr("exact", is_exact(candidate.config))
         return self._job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
+
+    def _space(self) -> list[dict]:
+        if not hasattr(self, "_grid"):
+            self._grid = grid(self.spec)
+        return self._grid
+
+    def _tried(self, exclude: int) -> set:
+        """Configurations finished, failed or in flight (interrupted ones are asked again),
+        other than trial `exclude`."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
+                  optuna.trial.TrialState.RUNNING)
+        return {_key(t.params) for t in self.study.get_trials(deepcopy=False, states=states)
+                if not t.user_attrs.get("interrupted") and t.number != exclude}
 
     def _finished_trials(self) -> list[optuna.trial.FrozenTrial]:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
@@ -507,7 +534,8 @@ class Driver:
                     if not planned:
                         break
                     self.study.enqueue_trial(planned.pop(0))
-                self._ask()
+                if self._ask() is None:
+                    break
                 done += 1
             if not self.jobs:
                 return
@@ -544,6 +572,10 @@ class Driver:
                 self.study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
         self.jobs.clear()
         self.tracker.end_sweep(self.parent_run, status)
+
+
+def _key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
 
 
 def _raise_interrupt(signum, frame):
