@@ -40,6 +40,8 @@ from workloads.tasks import get_task
 
 MAX_ATTEMPTS = 2  # per shard, for errors raised by the decode itself
 MAX_LOST = 3  # per shard, for workers that died under it
+DEPTH = 2  # shards queued per worker
+MIN_SHARD = 8  # prompts: smaller trials run whole, several trials side by side instead
 
 
 class SweepError(ValueError):
@@ -146,7 +148,7 @@ class Driver:
         self.jobs: dict[str, Job] = {}
         self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
         self.inflight: dict = {}  # ray ref -> (job, shard index, worker index)
-        self.idle: list[int] = []
+        self.load: dict[int, int] = {}  # shards queued or running per worker
         self.busy_s = 0.0  # worker time on shards (decode + scoring), from their reports
         self.decode_s = 0.0  # Σ wall_s of the decodes of finished trials
         self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
@@ -209,13 +211,13 @@ class Driver:
             self.serves = {i: names for i in range(len(self.workers))}
         ray.get([w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)])
         self.worker_info = ray.get([w.info.remote() for w in self.workers])
-        self.idle = list(range(len(self.workers)))
+        self.load = dict.fromkeys(range(len(self.workers)), 0)
 
     # -- jobs and shards ---------------------------------------------------------------------
 
     def _job(self, key: str, label: str, candidate: Candidate, trial: optuna.Trial | None = None) -> Job:
         eligible = [i for i, names in self.serves.items() if candidate.pair in names]
-        count = max(1, min(len(eligible), len(self.examples)))
+        count = max(1, min(len(eligible), len(self.examples) // MIN_SHARD))
         indices = [e.index for e in self.examples]
         size = math.ceil(len(indices) / count)
         config = candidate.config.to_dict()
@@ -240,24 +242,27 @@ class Driver:
         return self.dir / "shards" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _dispatch(self) -> None:
-        for worker in list(self.idle):
-            choice = None
-            for n, (job, _, avoid) in enumerate(self.pending):
-                if job.candidate.pair not in self.serves[worker]:
+        """Hand pending shards to workers, up to DEPTH per worker: the next shard already
+        waits in a worker's queue while the driver scores and logs, so slots do not idle.
+        A shard whose worker died prefers another worker."""
+        while self.pending:
+            placed = False
+            for n, (job, i, avoid) in enumerate(self.pending):
+                open_slots = [w for w, load in self.load.items()
+                              if load < DEPTH and job.candidate.pair in self.serves[w]]
+                if not open_slots:
                     continue
-                if avoid == worker and any(
-                    job.candidate.pair in self.serves[w] for w in self.idle if w != worker
-                ):
-                    continue
-                choice = n
+                others = [w for w in open_slots if w != avoid]
+                worker = min(others or open_slots, key=lambda w: self.load[w])
+                self.pending.pop(n)
+                items = [(self.by_index[x], self.prompts[x]) for x in job.shards[i].indices]
+                ref = self.workers[worker].run.remote(job.shards[i], items)
+                self.inflight[ref] = (job, i, worker)
+                self.load[worker] += 1
+                placed = True
                 break
-            if choice is None:
-                continue
-            job, i, _ = self.pending.pop(choice)
-            items = [(self.by_index[x], self.prompts[x]) for x in job.shards[i].indices]
-            ref = self.workers[worker].run.remote(job.shards[i], items)
-            self.inflight[ref] = (job, i, worker)
-            self.idle.remove(worker)
+            if not placed:
+                return
 
     def _collect(self, timeout: float) -> list[Job]:
         """Wait for shard results; returns jobs that became complete or failed."""
@@ -267,7 +272,7 @@ class Driver:
         finished = []
         for ref in ready:
             job, i, worker = self.inflight.pop(ref)
-            self.idle.append(worker)
+            self.load[worker] -= 1
             try:
                 out = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
@@ -453,6 +458,7 @@ class Driver:
         )
         self.study.set_user_attr("parent_run", self.parent_run)
         self.study.set_user_attr("tracking_uri", self.tracking_uri)
+        self.tracker.start_background()
         self._requeue_interrupted()
         self.progress = Progress(self.target, finished=len(self._finished_trials()))
         self.progress.failed = sum(t.state == optuna.trial.TrialState.FAIL for t in self._finished_trials())
@@ -472,6 +478,7 @@ class Driver:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous.pop())
+            self.tracker.stop_background()
             unsent = 0 if self.tracker.flush() else self.tracker.save_pending()
             if unsent:
                 self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
@@ -515,7 +522,6 @@ class Driver:
                 return
             self._dispatch()
             ready = self._collect(timeout=1.0)
-            self.tracker.flush(retries=1)
 
     def _run_trials(self) -> None:
         start = time.perf_counter()
@@ -548,7 +554,6 @@ class Driver:
                 self.jobs.pop(job.key, None)
                 self._finish_trial(job)
                 self.on_progress(self.progress)
-            self.tracker.flush(retries=1)
 
     def _plan_grid(self) -> list[dict] | None:
         """Grid points not yet tried (None when the sampler is not grid); the target shrinks
@@ -571,6 +576,7 @@ class Driver:
                 job.trial.set_user_attr("interrupted", True)
                 self.study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
         self.jobs.clear()
+        self.tracker.stop_background()
         self.tracker.end_sweep(self.parent_run, status)
 
 

@@ -5,8 +5,7 @@ A record is one decoded prompt: the DecodeResult measurements plus `index` and `
 
 from __future__ import annotations
 
-import math
-import random
+import numpy as np
 
 TRIAL_METRICS = (
     "accuracy",
@@ -52,9 +51,8 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def paired_bootstrap(
-    trial: list[dict], baseline: list[dict], resamples: int = 2000, seed: int = 0
-) -> dict[str, float]:
+def paired_bootstrap(trial: list[dict], baseline: list[dict], resamples: int = 2000,
+                     seed: int = 0) -> dict[str, float]:
     """95% percentile intervals over prompts, resampling the same prompt indices for both:
     accuracy, throughput_ratio = throughput(trial)/throughput(baseline) and latency_ratio =
     latency(trial)/latency(baseline). Records are paired by `index`. Also the point ratios."""
@@ -62,29 +60,25 @@ def paired_bootstrap(
     pairs = [(r, base[r["index"]]) for r in trial if r["index"] in base]
     if not pairs:
         return {}
+    columns = {name: np.array([[a[name] for a, _ in pairs], [b[name] for _, b in pairs]], dtype=float)
+               for name in ("new_tokens", "wall_s")}
+    scored = all(a.get("correct") is not None for a, _ in pairs)
+    correct = np.array([a["correct"] if scored else 0.0 for a, _ in pairs])
+    n = len(pairs)
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    rows = np.vstack([np.arange(n)[None], draws])  # row 0 is the observed sample
 
-    def stats(sample):
-        t = [a for a, _ in sample]
-        b = [z for _, z in sample]
-        out = {
-            "throughput_ratio": _ratio(
-                _sum(t, "new_tokens") / _sum(t, "wall_s"), _sum(b, "new_tokens") / _sum(b, "wall_s")
-            ),
-            "latency_ratio": _ratio(_sum(t, "wall_s"), _sum(b, "wall_s")),
-        }
-        if all(r.get("correct") is not None for r in t):
-            out["accuracy"] = sum(r["correct"] for r in t) / len(t)
-        return out
+    def total(name: str, side: int) -> np.ndarray:
+        return columns[name][side][rows].sum(axis=1)
 
-    point = stats(pairs)
-    rng = random.Random(seed)
-    draws = [stats([pairs[rng.randrange(len(pairs))] for _ in pairs]) for _ in range(resamples)]
-    result = {k: v for k, v in point.items() if k != "accuracy"}
-    for key in point:
-        values = sorted(d[key] for d in draws if d.get(key) is not None)
-        if values:
-            result[f"{key}_lo"] = values[math.floor(0.025 * (len(values) - 1))]
-            result[f"{key}_hi"] = values[math.ceil(0.975 * (len(values) - 1))]
+    stats = {"throughput_ratio": (total("new_tokens", 0) / total("wall_s", 0))
+             / (total("new_tokens", 1) / total("wall_s", 1)),
+             "latency_ratio": total("wall_s", 0) / total("wall_s", 1)}
+    if scored:
+        stats["accuracy"] = correct[rows].mean(axis=1)
+    result = {k: float(v[0]) for k, v in stats.items() if k != "accuracy"}
+    for key, values in stats.items():
+        result[f"{key}_lo"], result[f"{key}_hi"] = (float(x) for x in np.percentile(values[1:], [2.5, 97.5]))
     return result
 
 

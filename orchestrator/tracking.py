@@ -4,13 +4,15 @@ Each trial's logging is one unit of steps (create the run, log params/metrics/ta
 batch, the per-prompt table, terminate). A unit that fails midway (tracking server down)
 stays queued and resumes from the step that failed, so a retry never duplicates a run;
 `flush` retries the queue, and what is still unsent at the end is saved to a file that the
-next `--resume` replays.
+next `--resume` replays. After `start_background()` a thread of the driver sends the queue,
+so logging never holds up handing shards to workers.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,9 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=uri)
         self.pending_file = pending_file
         self.queue: list[TrialLog] = []
+        self._lock = threading.Lock()  # one sender at a time: the background thread or flush
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
             self.experiment_id = found.experiment_id
@@ -78,7 +83,38 @@ class Tracker:
 
     def log_trial(self, log: TrialLog) -> None:
         self.queue.append(log)
-        self.flush(retries=1)
+        if self._thread is not None:
+            self._wake.set()
+        else:
+            self.flush(retries=1)
+
+    def start_background(self) -> None:
+        self._thread = threading.Thread(target=self._background, name="mlflow-sender", daemon=True)
+        self._thread.start()
+
+    def _background(self) -> None:
+        backoff = 0.5
+        while self._thread is not None:
+            self._wake.wait(backoff)
+            self._wake.clear()
+            backoff = 0.5 if self._send_queue() else min(backoff * 2, 10.0)
+
+    def stop_background(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._wake.set()
+            thread.join()
+
+    def _send_queue(self) -> bool:
+        """One pass over the queue; True when it is empty afterwards."""
+        with self._lock:
+            while self.queue:
+                try:
+                    self._send(self.queue[0])
+                except Exception:  # server down, timeouts: keep it queued, try again later
+                    return False
+                self.queue.pop(0)
+            return True
 
     def _send(self, log: TrialLog) -> None:
         if log.run_id is None:
@@ -100,15 +136,10 @@ class Tracker:
         self.client.set_terminated(log.run_id, status=log.status, end_time=log.end_ms)
 
     def flush(self, retries: int = 3, wait_s: float = 1.0) -> bool:
-        """Send what is queued; True when the queue is empty."""
+        """Send what is queued, trying `retries` times with growing pauses; True when the
+        queue is empty."""
         for attempt in range(retries):
-            while self.queue:
-                try:
-                    self._send(self.queue[0])
-                except Exception:  # server down, timeouts: keep it queued, try again later
-                    break
-                self.queue.pop(0)
-            if not self.queue:
+            if self._send_queue():
                 return True
             if attempt + 1 < retries:
                 time.sleep(wait_s * (attempt + 1))

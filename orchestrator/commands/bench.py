@@ -92,7 +92,7 @@ def sandbox_bench(
 @app.command("sweep")
 @user_errors
 def sweep_bench(
-    trials: int = typer.Option(16, "--trials", min=2, help="Trials per run (short ones)."),
+    trials: int = typer.Option(40, "--trials", min=2, help="Trials per run (short ones)."),
     prompts: int = typer.Option(8, "--prompts", min=1, help="arith prompts per trial."),
     max_slots: int = typer.Option(2, "--max-slots", min=1, help="Worker slots go 1 .. this."),
 ) -> None:
@@ -110,11 +110,12 @@ def sweep_bench(
     data = {
         "name": "bench", "pairs": ["toy"], "task": {"name": "arith", "limit": prompts},
         "space": {"schedule": ["linear", "packed"], "block": [2, 4, 8], "steps": [1, 2],
+                  "rule": ["lossless", "linear"], "leniency": [0.25, 0.5, 0.75, 1.0],
                   "max_new_tokens": 24},
         "objectives": {"throughput_tps": "max", "accuracy": "max"},
-        "search": {"sampler": "random", "trials": trials, "parallel": 2, "seed": 0}, "baselines": ["ar"],
+        "search": {"sampler": "random", "trials": trials, "parallel": 4, "seed": 0}, "baselines": ["ar"],
     }
-    typer.echo(f"{trials} trials x {prompts} prompts, toy pair, parallel trials 2")
+    typer.echo(f"{trials} trials x {prompts} prompts, toy pair, 4 trials in flight")
     base = None
     for slots in range(1, max_slots + 1):
         spec = parse_spec({**data, "cluster": {"slots": slots}})
@@ -122,7 +123,7 @@ def sweep_bench(
             driver = Driver(spec, yaml.safe_dump(data), Path(root))
             driver.run()
         outside = 1 - driver.decode_s / (slots * driver.trials_s)
-        rate = 60 * trials / driver.trials_s
+        rate = 60 * driver.progress.finished / driver.trials_s
         base = base or rate
         typer.echo(f"slots {slots}: {rate:6.1f} trials/min ({rate / base:.2f}x of 1 slot), worker-slot time "
                    f"outside decoding {100 * outside:.1f}%")
