@@ -52,12 +52,25 @@ def state_dir(root: Path, name: str) -> Path:
     return root / ".specsweep" / name
 
 
-def open_study(path: Path, spec: SweepSpec, create: bool = True) -> optuna.Study:
-    from optuna.storages import JournalStorage
+def study_storage(path: Path, spec: SweepSpec):
+    """The spec's RDB storage (a cluster), else a journal file in the sweep directory."""
+    from optuna.storages import JournalStorage, RDBStorage
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = JournalStorage(JournalFileBackend(str(path / "study.journal")))
+    if spec.search.storage:
+        return RDBStorage(spec.search.storage)
+    return JournalStorage(JournalFileBackend(str(path / "study.journal")))
+
+
+def study_exists(path: Path, spec: SweepSpec) -> bool:
+    if spec.search.storage is None:
+        return (path / "study.journal").exists()
+    return spec.name in optuna.get_all_study_names(study_storage(path, spec))
+
+
+def open_study(path: Path, spec: SweepSpec, create: bool = True) -> optuna.Study:
+    storage = study_storage(path, spec)
     if not create:
         return optuna.load_study(study_name=spec.name, storage=storage)
     return optuna.create_study(
@@ -110,6 +123,7 @@ class Job:
     lost: dict[int, int] = field(default_factory=dict)
     start: float = field(default_factory=time.time)
     error: str | None = None
+    gpus: list[str] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -156,9 +170,11 @@ class Driver:
     # -- setup -------------------------------------------------------------------------------
 
     def _prepare(self, resume: bool, fresh: bool) -> None:
+        if fresh and study_exists(self.dir, self.spec) and self.spec.search.storage:
+            optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
         if fresh and self.dir.exists():
             shutil.rmtree(self.dir)
-        exists = (self.dir / "study.journal").exists()
+        exists = study_exists(self.dir, self.spec)
         if exists and not resume:
             raise SweepError(
                 f"sweep {self.spec.name!r} already has state in {self.dir}; pass --resume to "
@@ -184,34 +200,47 @@ class Driver:
         if self.ray_address:
             ray.init(address=self.ray_address, log_to_driver=False)
             return
-        resources = {} if c.resource in ("cpu", "gpu") else {c.resource: c.slots}
+        if c.slots == "auto" and c.resource not in ("cpu", "gpu"):
+            raise SpecError(f"spec: cluster.slots: auto needs a cluster that declares {c.resource!r}; "
+                            "give a number of slots for a local run")
+        slots = 1 if c.slots == "auto" else c.slots
+        resources = {} if c.resource in ("cpu", "gpu") else {c.resource: slots}
         temp = Path("/tmp") / f"specsweep-ray-{os.getuid()}"  # unix socket paths must stay short
-        ray.init(
-            num_cpus=max(c.slots, 1) + 1,
-            resources=resources,
-            include_dashboard=False,
-            _temp_dir=str(temp),
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        ray.init(num_cpus=slots + 1, resources=resources, include_dashboard=False, _temp_dir=str(temp),
+                 log_to_driver=False, configure_logging=False)
+
+    def _slot_count(self) -> int:
+        c = self.spec.cluster
+        if c.slots != "auto":
+            return c.slots
+        if c.resource == "cpu":
+            return c.cpu_slots_per_node * len([n for n in ray.nodes() if n["Alive"]])
+        key = "GPU" if c.resource == "gpu" else c.resource
+        count = int(ray.cluster_resources().get(key, 0))
+        if count < 1:
+            raise SweepError(f"cluster.slots: auto found no {key!r} resource on the Ray cluster")
+        return count
 
     def _start_workers(self) -> None:
-        pairs = {p.name: p.load_spec() for p in self.spec.pairs}
-        self.workers = start_workers(
-            self.spec.cluster.slots,
-            self.spec.cluster.resource,
-            pairs,
-            self.spec.task.name,
-            self.spec.search.seed,
-        )
         names = [p.name for p in self.spec.pairs]
+        slots = self._slot_count()
         if self.spec.cluster.placement == "split":
-            self.serves = {i: [names[i % len(names)]] for i in range(len(self.workers))}
+            self.serves = {i: [names[i % len(names)]] for i in range(slots)}
         else:
-            self.serves = {i: names for i in range(len(self.workers))}
+            self.serves = {i: names for i in range(slots)}
+        envs = {p.name: p.runtime_env for p in self.spec.pairs}
+        specs = {p.name: p.load_spec() for p in self.spec.pairs}
+        self.workers = start_workers(
+            [envs[self.serves[i][0]] if len(self.serves[i]) == 1 else None for i in range(slots)],
+            self.spec.cluster.resource, specs, self.spec.task.name, self.spec.search.seed)
         ray.get([w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)])
         self.worker_info = ray.get([w.info.remote() for w in self.workers])
         self.load = dict.fromkeys(range(len(self.workers)), 0)
+        gpus = sorted({info["gpu"] for info in self.worker_info})
+        self.tracker.tag_sweep(self.parent_run, "specsweep.gpus", ",".join(gpus))
+        if len(gpus) > 1:  # timings are comparable only on identical hardware
+            self.progress.note = f"warning: workers run on different hardware ({', '.join(gpus)})"
+            self.tracker.tag_sweep(self.parent_run, "specsweep.warning", self.progress.note)
 
     # -- jobs and shards ---------------------------------------------------------------------
 
@@ -350,6 +379,7 @@ class Driver:
             (r for out in job.results.values() for r in out["records"]), key=lambda r: r["index"]
         )
         nodes = sorted({out["node"] for out in job.results.values()})
+        job.gpus = sorted({out.get("gpu", "") for out in job.results.values()})
         return records, nodes
 
     def _params(self, candidate: Candidate) -> dict:
@@ -375,6 +405,7 @@ class Driver:
                     "mlflow.parentRunId": self.parent_run,
                     "specsweep.pair": job.candidate.pair,
                     "specsweep.exact": str(is_exact(job.candidate.config)).lower(),
+                    "specsweep.gpu": ",".join(job.gpus),
                     **tags,
                 },
                 params=self._params(job.candidate),
@@ -612,7 +643,9 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
     from orchestrator.spec import parse_spec
 
     path = state_dir(root, name)
-    if not (path / "study.journal").is_file():
+    if not (path / "spec.yaml").is_file():
         raise SweepError(f"sweep {name!r}: no state in {path} (run it first: specsweep run SPEC)")
     spec = parse_spec(yaml.safe_load((path / "spec.yaml").read_text()), str(path / "spec.yaml"))
+    if not study_exists(path, spec):
+        raise SweepError(f"sweep {name!r}: no study in its storage (run it first: specsweep run SPEC)")
     return spec, open_study(path, spec, create=False)

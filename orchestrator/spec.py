@@ -55,6 +55,7 @@ class PairSpec(_Strict):
     verifier: str | None = None
     model: str | None = None
     profile: dict[str, Any] | None = None
+    runtime_env: dict[str, Any] | None = None  # Ray runtime_env of this pair's workers (placement: split)
 
     def load_spec(self) -> str | dict:
         """What `load_pair` takes: the bundled name, or the mapping of paths / hub ids."""
@@ -92,6 +93,7 @@ class SearchSpec(_Strict):
     trials: int = Field(20, ge=1)
     parallel: int = Field(2, ge=1)
     seed: int = 0
+    storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
 
 
 class TrackingSpec(_Strict):
@@ -101,9 +103,19 @@ class TrackingSpec(_Strict):
 
 class ClusterSpec(_Strict):
     address: str = "local"
-    slots: int = Field(2, ge=1)  # worker slots (actors) to start
+    # Worker slots (actors). "auto": every slot of the cluster, i.e. all GPUs (or all units of a
+    # custom resource), or cpu_slots_per_node on every node for cpu.
+    slots: int | Literal["auto"] = 2
     resource: str = "cpu"  # cpu | gpu | a custom Ray resource name (simulated GPU slots)
+    cpu_slots_per_node: int = Field(1, ge=1)
     placement: Literal["shared", "split"] = "shared"  # every worker serves every pair, or pairs split
+
+    @field_validator("slots")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 or 'auto'")
+        return v
 
 
 class SweepSpec(_Strict):
@@ -157,6 +169,8 @@ class SweepSpec(_Strict):
         names = [p.name for p in self.pairs]
         if len(set(names)) != len(names):
             raise ValueError("pairs: pair names must be unique")
+        if any(p.runtime_env for p in self.pairs) and self.cluster.placement != "split":
+            raise ValueError("pairs: runtime_env needs cluster.placement: split (one pair per worker)")
         return self
 
     def dimension_values(self) -> dict[str, list]:

@@ -79,7 +79,12 @@ class Tracker:
         return run.info.run_id
 
     def end_sweep(self, run_id: str, status: str) -> None:
-        self.client.set_terminated(run_id, status=status)
+        with self._lock:
+            self.client.set_terminated(run_id, status=status)
+
+    def tag_sweep(self, run_id: str, key: str, value: str) -> None:
+        with self._lock:
+            self.client.set_tag(run_id, key, value)
 
     def log_trial(self, log: TrialLog) -> None:
         self.queue.append(log)

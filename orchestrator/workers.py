@@ -85,6 +85,7 @@ class PairWorker:
             "records": records,
             "busy_s": time.perf_counter() - start,
             "node": ray.get_runtime_context().get_node_id(),
+            "gpu": _gpu_name(),
         }
 
 
@@ -94,10 +95,10 @@ def _gpu_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def start_workers(
-    slots: int, resource: str, pairs: dict[str, str | dict], task: str, sweep_seed: int
-) -> list:
-    """Start `slots` actors, each holding one slot of `resource` (cpu, gpu or custom)."""
+def start_workers(runtime_envs: list[dict | None], resource: str, pairs: dict[str, str | dict], task: str,
+                  sweep_seed: int) -> list:
+    """One actor per slot (len(runtime_envs)), each holding one unit of `resource` (cpu, gpu
+    or custom), spread over the cluster's nodes; runtime_envs[i] is slot i's Ray runtime_env."""
     if resource == "cpu":
         options = {"num_cpus": 1}
     elif resource == "gpu":
@@ -105,4 +106,5 @@ def start_workers(
     else:
         options = {"num_cpus": 0, "resources": {resource: 1}}
     actor = ray.remote(max_restarts=-1, max_task_retries=0)(PairWorker)
-    return [actor.options(**options).remote(pairs, task, sweep_seed) for _ in range(slots)]
+    return [actor.options(**options, scheduling_strategy="SPREAD", **({"runtime_env": env} if env else {}))
+            .remote(pairs, task, sweep_seed) for env in runtime_envs]
