@@ -169,28 +169,45 @@ class Driver:
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _prepare(self, resume: bool, fresh: bool) -> None:
+    def prepare(self, resume: bool = False, fresh: bool = False) -> None:
+        """Load the task and format its prompts, then set up the sweep state; any error in
+        the first part leaves nothing behind. `run` calls it when the caller has not."""
+        if self.spec.task.name == "arith" and self.spec.task.limit is None:
+            raise SpecError("spec: task.limit: arith generates its prompts; say how many (e.g. 40)")
+        task = get_task(self.spec.task.name, self.spec.task.data)
+        self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
+        self.by_index = {e.index: e for e in self.examples}
+        self.prompts = self._format_prompts(task)
         if fresh and study_exists(self.dir, self.spec) and self.spec.search.storage:
             optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
         if fresh and self.dir.exists():
             shutil.rmtree(self.dir)
         exists = study_exists(self.dir, self.spec)
         if exists and not resume:
-            raise SweepError(
-                f"sweep {self.spec.name!r} already has state in {self.dir}; pass --resume to "
-                "continue it or --fresh to start over"
-            )
+            raise SweepError(f"sweep {self.spec.name!r} already has state in {self.dir}; pass --resume to "
+                             "continue it or --fresh to start over")
         if resume and not exists:
             raise SweepError(f"sweep {self.spec.name!r}: nothing to resume in {self.dir}")
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "shards").mkdir(exist_ok=True)
         (self.dir / "spec.yaml").write_text(self.spec_yaml)
-        if self.spec.task.name == "arith" and self.spec.task.limit is None:
-            raise SpecError("spec: task.limit: arith generates its prompts; say how many (e.g. 40)")
-        task = get_task(self.spec.task.name, self.spec.task.data)
-        self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
-        self.by_index = {e.index: e for e in self.examples}
-        self.prompts = {e.index: e.prompt for e in self.examples}
+
+    def _format_prompts(self, task) -> dict[str, dict[int, str]]:
+        """The prompt each pair decodes (and MLflow logs) per example index: the task's
+        zero-shot prompt with the spec's shots, system prompt and the pair's chat template."""
+        from workloads.models.pair import load_tokenizer
+        from workloads.tasks.prompts import PromptFormat, format_prompt
+
+        t = self.spec.task
+        fmt = PromptFormat(chat=t.chat, system=t.system, shots=t.shots)
+        out = {}
+        for pair in self.spec.pairs:
+            tokenizer = load_tokenizer(pair.load_spec()) if t.chat else None
+            try:
+                out[pair.name] = {e.index: format_prompt(task, e, fmt, tokenizer) for e in self.examples}
+            except ValueError as err:
+                raise SpecError(f"spec: task.{err} (pair {pair.name})") from None
+        return out
 
     def _start_ray(self) -> None:
         import os
@@ -284,7 +301,8 @@ class Driver:
                 others = [w for w in open_slots if w != avoid]
                 worker = min(others or open_slots, key=lambda w: self.load[w])
                 self.pending.pop(n)
-                items = [(self.by_index[x], self.prompts[x]) for x in job.shards[i].indices]
+                prompts = self.prompts[job.candidate.pair]
+                items = [(self.by_index[x], prompts[x]) for x in job.shards[i].indices]
                 ref = self.workers[worker].run.remote(job.shards[i], items)
                 self.inflight[ref] = (job, i, worker)
                 self.load[worker] += 1
@@ -396,7 +414,7 @@ class Driver:
         }
 
     def _log(self, job: Job, metrics: dict, tags: dict, records: list[dict], status: str) -> None:
-        table = [{**r, "prompt": self.prompts[r["index"]]} for r in records]
+        table = [{**r, "prompt": self.prompts[job.candidate.pair][r["index"]]} for r in records]
         self.tracker.log_trial(
             TrialLog(
                 name=job.label,
@@ -475,7 +493,8 @@ class Driver:
     # -- main loop ---------------------------------------------------------------------------
 
     def run(self, resume: bool = False, fresh: bool = False) -> optuna.Study:
-        self._prepare(resume, fresh)
+        if not hasattr(self, "examples"):
+            self.prepare(resume, fresh)
         self.kinds = self.spec.pair_kinds()
         self.study = open_study(self.dir, self.spec)
         self.tracker = Tracker(

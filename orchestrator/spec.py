@@ -74,6 +74,15 @@ class TaskSpec(_Strict):
     limit: int | None = Field(None, ge=1)
     seed: int = 0
     data: str | None = None
+    chat: bool = False  # wrap prompts in each pair's chat template
+    system: str | None = None  # system prompt (needs chat)
+    shots: int = Field(0, ge=0)  # solved examples before each question
+
+    @model_validator(mode="after")
+    def _system_needs_chat(self):
+        if self.system is not None and not self.chat:
+            raise ValueError("system: a system prompt needs chat: true")
+        return self
 
 
 class RangeSpec(_Strict):

@@ -119,9 +119,10 @@ def run(
 
     driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)
     start = time.time()
+    driver.prepare(resume=resume, fresh=fresh)
     try:
         with bar:
-            study = driver.run(resume=resume, fresh=fresh)
+            study = driver.run()
     except KeyboardInterrupt:
         console.print(
             f"interrupted: trials in flight marked failed; continue with specsweep run {spec_path} --resume"

@@ -51,3 +51,12 @@ def test_run_then_status_frontier_export_and_decode(tmp_path):
     assert decoded.exit_code == 0, decoded.output
     missing = runner.invoke(app, ["status", "nosuch", "--root", str(tmp_path)])
     assert missing.exit_code == 2 and "nosuch" in missing.output
+
+
+def test_offline_dataset_or_missing_chat_template_exit_2_and_create_nothing(tmp_path):
+    for task in ({"name": "gsm8k", "limit": 2}, {"name": "arith", "limit": 2, "chat": True}):
+        spec = write(tmp_path, {**GOOD, "task": task})
+        result = runner.invoke(app, ["run", str(spec), "--root", str(tmp_path)])
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+        assert not (tmp_path / ".specsweep").exists()

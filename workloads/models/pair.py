@@ -126,6 +126,16 @@ def pair_kind(spec: str | dict) -> str:
     return "self" if keys == {"model"} else "two-model"
 
 
+def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
+    """The pair's tokenizer alone (the verifier's, or the dual-mode model's)."""
+    _, spec = _resolve(spec)
+    ref = spec.get("verifier", spec.get("model"))
+    try:
+        return AutoTokenizer.from_pretrained(str(Path(ref).expanduser()) if _looks_like_path(ref) else ref)
+    except OSError as err:
+        raise PairError(f"pair: cannot load the tokenizer of {ref!r} ({type(err).__name__})") from None
+
+
 def load_pair(spec: str | dict) -> Pair:
     """Load a bundled pair by name or a pair spec (see module docstring)."""
     name, spec = _resolve(spec)
