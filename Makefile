@@ -6,7 +6,7 @@ STAMP := $(VENV)/.specsweep-installed
 # would pull a multi-GB CUDA build); override TORCH to choose another.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean mlflow
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +19,19 @@ install: $(STAMP)
 # The embedded default sweep: local Ray, local MLflow store (.specsweep/mlflow.db), toy pairs.
 demo: $(STAMP)
 	$(VENV)/bin/specsweep run sweeps/demo.yaml --fresh
+
+# A local MLflow server on 127.0.0.1 over the demo's sqlite store (or BACKEND=postgresql://...).
+# AUTH=1 turns on basic auth (infra/mlflow/basic_auth.ini; users then set
+# MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD).
+MLFLOW_PORT ?= 5000
+BACKEND ?= sqlite:///$(CURDIR)/.specsweep/mlflow.db
+mlflow: $(STAMP)
+	@mkdir -p .specsweep
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true \
+	$(if $(AUTH),MLFLOW_AUTH_CONFIG_PATH=infra/mlflow/basic_auth.ini MLFLOW_FLASK_SERVER_SECRET_KEY=$$(openssl rand -hex 16)) \
+	$(VENV)/bin/mlflow server --host 127.0.0.1 --port $(MLFLOW_PORT) --workers 1 \
+	  --backend-store-uri $(BACKEND) --artifacts-destination $(CURDIR)/.specsweep/artifacts \
+	  $(if $(AUTH),--app-name basic-auth)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

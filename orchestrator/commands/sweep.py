@@ -132,11 +132,10 @@ def run(
     console.print(
         _table(f"frontier of {spec.name} ({len(rows)} trials; {time.time() - start:.0f} s)", spec, rows)
     )
-    console.print(
-        f"MLflow: {driver.tracking_uri} (experiment {spec.tracking.experiment or spec.name}, "
-        f"parent run {driver.parent_run}); browse with: mlflow ui --backend-store-uri "
-        f"{driver.tracking_uri}"
-    )
+    uri = driver.tracking_uri
+    browse = f"open {uri}" if uri.startswith("http") else f"mlflow ui --backend-store-uri {uri}"
+    console.print(f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
+                  f"{driver.parent_run}); browse: {browse}")
     if driver.progress.note:
         console.print(driver.progress.note)
 
