@@ -94,15 +94,18 @@ def test_frontier_equals_brute_force_pareto_over_logged_trials(swept):
     assert {t.number for t in frontier(study, spec)} == expected
 
 
-def test_grid_stops_when_exhausted(tmp_path):
+def test_grid_stops_when_exhausted_with_the_study_in_an_rdb(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"  # an RDB URL, as a cluster's Postgres
     data = {
         **SPEC,
         "pairs": ["toy"],
         "baselines": ["ar"],
         "space": {"schedule": ["linear"], "block": [2, 4], "max_new_tokens": 8},
-        "search": {"sampler": "grid", "trials": 10, "parallel": 2},
+        "search": {"sampler": "grid", "trials": 10, "parallel": 2, "storage": storage},
     }
     driver = run_sweep(tmp_path, data)
+    assert not (tmp_path / ".specsweep" / "t" / "study.journal").exists()
+    assert len(optuna.load_study(study_name="t", storage=storage).trials) == 2
     trials = driver.study.get_trials()
     assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert sorted(t.params["block"] for t in trials) == [2, 4]

@@ -58,6 +58,8 @@ def test_base_spec_is_valid_and_ranges_expand():
         ("objectives", {"accuracy": "max", "speed": "max"}, "speed"),
         ("constraints", ["accuracy > lots"], "constraints"),
         ("name", "bad name!", "name"),
+        ("pairs", [{"name": "toy", "runtime_env": {"pip": ["transformers==4.57"]}}], "runtime_env"),
+        ("cluster", {"slots": 0}, "cluster.slots"),
     ],
 )
 def test_bad_specs_name_the_offending_key(path, value, fragment):
