@@ -534,6 +534,10 @@ class Driver:
                 self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
             if ray.is_initialized():
                 ray.shutdown()
+        from orchestrator.plots import sweep_plots
+
+        for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
+            self.tracker.attach(self.parent_run, path, "plots")
         self.tracker.end_sweep(self.parent_run, "FINISHED")
         self.wall_s = time.time() - self.started
         return self.study

@@ -53,15 +53,87 @@ def code_version() -> str:
         return "unknown"
 
 
-def export_configs(spec, study, rows: list[dict], out: Path, where: str | None = None) -> list[Path]:
+PICKS = ("all", "fastest", "most-accurate", "knee")
+FLOORS = (0.5, 0.75, 0.9, 0.95, 0.99)
+
+
+def pick(rows: list[dict], how: str) -> list[dict]:
+    """Choose among frontier rows by throughput_tps and accuracy: `fastest`; `most-accurate`
+    (ties to the faster); `knee`, the row farthest from the straight line between those two
+    after scaling both metrics to [0, 1]; or `all`."""
+    if how not in PICKS:
+        raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
+    if how == "all" or len(rows) <= 1:
+        return rows
+    speed = lambda r: r["metrics"].get("throughput_tps", 0.0)  # noqa: E731
+    quality = lambda r: r["metrics"].get("accuracy", 0.0)  # noqa: E731
+    fastest = max(rows, key=lambda r: (speed(r), quality(r)))
+    accurate = max(rows, key=lambda r: (quality(r), speed(r)))
+    if how == "fastest":
+        return [fastest]
+    if how == "most-accurate":
+        return [accurate]
+    xs, ys = [speed(r) for r in rows], [quality(r) for r in rows]
+
+    def scaled(r):
+        x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+        return (speed(r) - min(xs)) / x_span, (quality(r) - min(ys)) / y_span
+
+    (x1, y1), (x2, y2) = scaled(fastest), scaled(accurate)
+
+    def distance(r):  # |cross product| / |line|: distance to the line fastest–accurate
+        x, y = scaled(r)
+        return abs((x2 - x1) * (y1 - y) - (x1 - x) * (y2 - y1)) / (
+            ((x2 - x1) ** 2 + (y2 - y1) ** 2) ** 0.5 or 1.0
+        )
+
+    return [max(rows, key=distance)]
+
+
+def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
+    """For each accuracy floor, the fastest row meeting it (None when no row does): the
+    routing table for serving queries at different quality requirements."""
+    table = []
+    for floor in floors:
+        ok = [r for r in rows if r["metrics"].get("accuracy", -1.0) >= floor]
+        best = max(ok, key=lambda r: r["metrics"].get("throughput_tps", 0.0)) if ok else None
+        table.append(
+            {
+                "accuracy_floor": floor,
+                "trial": best and best["trial"],
+                "file": best and f"trial{best['trial']}.yaml",
+                "throughput_tps": best and best["metrics"].get("throughput_tps"),
+                "accuracy": best and best["metrics"].get("accuracy"),
+            }
+        )
+    return table
+
+
+def export_configs(
+    spec,
+    study,
+    rows: list[dict],
+    out: Path,
+    where: str | None = None,
+    how: str = "all",
+    floors: tuple[float, ...] = FLOORS,
+) -> list[Path]:
+    """Write the chosen frontier configs, routes.yaml and the sweep's plots into `out`."""
+    from orchestrator.plots import sweep_plots
+
     parsed = parse_where(where) if where else None
     pairs = {p.name: p.load_spec() for p in spec.pairs}
+    kept = [
+        r
+        for r in rows
+        if not parsed or _keep(r, parsed, study.user_attrs.get(f"baseline:{r['pair']}:ar", {}))
+    ]
+    chosen = pick(kept, how)
+    if not chosen:
+        return []
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for row in rows:
-        baseline = study.user_attrs.get(f"baseline:{row['pair']}:ar", {})
-        if parsed and not _keep(row, parsed, baseline):
-            continue
+    for row in chosen:
         document = {
             "pair": pairs[row["pair"]],
             "config": row["config"],
@@ -79,7 +151,14 @@ def export_configs(spec, study, rows: list[dict], out: Path, where: str | None =
         }
         if not row["exact"]:
             document["note"] = "lossy: this configuration does not reproduce the verifier's distribution"
-        path = out / f"{spec.name}-trial{row['trial']}.yaml"
+        path = out / f"trial{row['trial']}.yaml"
         path.write_text(yaml.safe_dump(document, sort_keys=False))
         written.append(path)
+    table = routes(kept, floors)
+    (out / "routes.yaml").write_text(yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
+    for row in table:  # a route names a file: make sure it exists even when --pick left it out
+        if row["trial"] is not None and not (out / row["file"]).exists():
+            source = next(r for r in kept if r["trial"] == row["trial"])
+            written += export_configs(spec, study, [source], out, None, "all", ())
+    sweep_plots(spec, study, out / "plots")
     return written

@@ -82,6 +82,10 @@ class Tracker:
         with self._lock:
             self.client.set_terminated(run_id, status=status)
 
+    def attach(self, run_id: str, path: Path, folder: str) -> None:
+        with self._lock:
+            self.client.log_artifact(run_id, str(path), folder)
+
     def tag_sweep(self, run_id: str, key: str, value: str) -> None:
         with self._lock:
             self.client.set_tag(run_id, key, value)

@@ -194,14 +194,21 @@ def export(
     name: str = typer.Argument(..., metavar="SWEEP"),
     out: Path = typer.Option(..., "--out", help="Directory for the exported configs."),
     where: str = typer.Option(None, "--where", help="Filter, e.g. 'accuracy >= 0.9 * ar.accuracy'."),
+    pick: str = typer.Option("all", "--pick", help="all | fastest | most-accurate | knee"),
+    floors: str = typer.Option("0.5,0.75,0.9,0.95,0.99", "--floors", help="Accuracy floors for routes.yaml."),
     root: Path = ROOT,
 ) -> None:
-    """Write one YAML per frontier config (pair, config, metrics, exact, provenance)."""
+    """Write one YAML per chosen frontier config (pair, config, metrics, exact, provenance),
+    routes.yaml (the fastest config per accuracy floor) and the sweep's plots."""
     from orchestrator.driver import load_sweep
     from orchestrator.export import export_configs
 
+    try:
+        levels = tuple(float(x) for x in floors.split(","))
+    except ValueError:
+        raise ValueError(f"--floors: comma-separated numbers; got {floors!r}") from None
     spec, study = load_sweep(root, name)
-    paths = export_configs(spec, study, _frontier_rows(spec, study), out, where)
+    paths = export_configs(spec, study, _frontier_rows(spec, study), out, where, pick, levels)
     for p in paths:
         typer.echo(str(p))
     if not paths:

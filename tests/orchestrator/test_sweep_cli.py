@@ -1,4 +1,8 @@
+import json
+from pathlib import Path
+
 import yaml
+from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -44,11 +48,21 @@ def test_run_then_status_frontier_export_and_decode(tmp_path):
     out = tmp_path / "exported"
     exported = runner.invoke(app, ["export", "cli", "--root", str(tmp_path), "--out", str(out)])
     assert exported.exit_code == 0, exported.output
-    (path,) = out.glob("*.yaml")
+    (path,) = out.glob("trial*.yaml")
     document = yaml.safe_load(path.read_text())
     assert document["exact"] is True and document["provenance"]["trial"] == 0
-    decoded = runner.invoke(app, ["decode", "--pair", "toy", "--config", str(path), "--prompt", "1+2="])
+    assert (out / "routes.yaml").is_file() and (out / "plots" / "frontier-throughput.png").is_file()
+    # the export decodes with exactly the measured settings: the trial's tokens, at temperature 0
+    from orchestrator.driver import load_sweep
+
+    _, study = load_sweep(tmp_path, "cli")
+    mlflow = MlflowClient(study.user_attrs["tracking_uri"])
+    table = mlflow.download_artifacts(document["provenance"]["mlflow_run_id"], "prompts.jsonl")
+    row = json.loads(Path(table).read_text().splitlines()[0])
+    args = ["decode", "--pair", "toy", "--config", str(path), "--prompt", row["prompt"], "--json"]
+    decoded = runner.invoke(app, args)
     assert decoded.exit_code == 0, decoded.output
+    assert json.loads(decoded.stdout.splitlines()[-1])["token_ids"] == row["token_ids"]
     missing = runner.invoke(app, ["status", "nosuch", "--root", str(tmp_path)])
     assert missing.exit_code == 2 and "nosuch" in missing.output
 
