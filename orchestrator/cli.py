@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from orchestrator.commands import bench, decode, sweep, tasks, toy
+from orchestrator.commands import bench, decode, model, sweep, tasks, toy
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -19,6 +19,7 @@ app.add_typer(toy.app, name="toy")
 app.add_typer(tasks.app, name="tasks")
 app.command("decode")(decode.decode)
 app.add_typer(bench.app, name="bench")
+app.add_typer(model.app, name="model")
 app.command("run")(sweep.run)
 app.command("status")(sweep.status)
 app.command("frontier")(sweep.frontier_cmd)
