@@ -584,7 +584,32 @@ class Driver:
         finally:
             self.trials_s = time.perf_counter() - start
 
+    def _guide(self) -> None:
+        """Model-guided start: enqueue the untried configurations that the calibrated
+        throughput model predicts on the (throughput, quality) frontier, at most half the
+        trial budget; the sampler takes over after them."""
+        from orchestrator.throughput import acceptance, quality, throughput
+
+        data = json.loads(Path(self.spec.search.guide).expanduser().read_text())
+        d_k = dict(zip(data["steps"], data["d_k"]))
+        a, b = data["draft_cost"]
+        scored = []
+        for params in self._space():
+            config = choose_config(self.spec, lambda name, values, p=params: p[name]).config
+            modelled = config.threshold is None and config.k in d_k and config.rule in ("lossless", "linear")
+            if not modelled:
+                continue
+            alpha = acceptance(d_k[config.k], config.leniency)
+            scored.append((params, (throughput(alpha, config.block, a + b * config.k, data["verify_cost"]),
+                                    quality(d_k[config.k], config.leniency))))
+        tried = self._tried(exclude=-1)
+        front = [scored[i][0] for i in pareto_front([s for _, s in scored], ("max", "max"))]
+        for params in [p for p in front if _key(p) not in tried][: max(1, self.target // 2)]:
+            self.study.enqueue_trial(params)
+
     def _trial_loop(self) -> None:
+        if self.spec.search.guide and self.spec.search.sampler != "grid" and not self._finished_trials():
+            self._guide()
         planned = self._plan_grid()
         while True:
             done = self.progress.finished + len(self.jobs)

@@ -103,6 +103,7 @@ class SearchSpec(_Strict):
     parallel: int = Field(2, ge=1)
     seed: int = 0
     storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
+    guide: str | None = None  # calibration JSON (`model calibrate`): enqueue the predicted frontier first
 
 
 class TrackingSpec(_Strict):
@@ -257,6 +258,8 @@ def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
         raise SpecError(
             f"spec: task.name: unknown task {spec.task.name!r}; known: {', '.join(sorted(TASKS))}"
         )
+    if spec.search.guide is not None and not Path(spec.search.guide).expanduser().is_file():
+        raise SpecError(f"spec: search.guide: no calibration file {spec.search.guide}")
     if spec.task.data is not None and not Path(spec.task.data).expanduser().exists():
         raise SpecError(f"spec: task.data: {spec.task.data} does not exist")
     try:
