@@ -127,3 +127,56 @@ def sweep_bench(
         base = base or rate
         typer.echo(f"slots {slots}: {rate:6.1f} trials/min ({rate / base:.2f}x of 1 slot), worker-slot time "
                    f"outside decoding {100 * outside:.1f}%")
+
+
+@app.command("search")
+@user_errors
+def search_bench(
+    sweep: str = typer.Argument(..., help="A finished grid sweep (e.g. demo) to replay."),
+    root: str = typer.Option(".", "--root"),
+    seeds: int = typer.Option(5, "--seeds", min=1),
+    calibration: str = typer.Option(None, "--calibration", help="For the model-guided strategy."),
+) -> None:
+    """Search strategies over the same space, replayed from a measured grid: hypervolume
+    reached (fraction of the grid's) after 10%, 25% and 50% of the grid's trial count."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    import optuna
+
+    from orchestrator.driver import load_sweep
+    from orchestrator.replay import STRATEGIES, fractions, replay
+
+    spec, study = load_sweep(Path(root), sweep)
+    if spec.search.sampler != "grid":
+        raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    table = {tuple(sorted(t.params.items())): tuple(t.values) for t in complete}
+    guide = None
+    if calibration:
+        from orchestrator.metrics import pareto_front
+        from orchestrator.space import choose_config
+        from orchestrator.throughput import acceptance, quality, throughput
+
+        data = json.loads(Path(calibration).read_text())
+        d_k, (a, b) = dict(zip(data["steps"], data["d_k"])), data["draft_cost"]
+        scored = []
+        for key in table:
+            c = choose_config(spec, lambda name, values, p=dict(key): p[name]).config
+            if c.threshold is None and c.k in d_k and c.rule in ("lossless", "linear"):
+                alpha = acceptance(d_k[c.k], c.leniency)
+                scored.append((dict(key), (throughput(alpha, c.block, a + b * c.k, data["verify_cost"]),
+                                           quality(d_k[c.k], c.leniency))))
+        guide = [scored[i][0] for i in pareto_front([s for _, s in scored], ("max", "max"))]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    typer.echo(f"replaying {len(table)} measured grid points of {sweep}; hypervolume as a fraction of the "
+               "grid's")
+    typer.echo(f"{'strategy':<10} {'10%':>12} {'25%':>12} {'50%':>12}   (mean ± sd over {seeds} seeds)")
+    for strategy in STRATEGIES:
+        if strategy == "guided" and guide is None:
+            continue
+        runs = [fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
+                for s in range(seeds)]
+        cells = [f"{statistics.mean(c):.3f}±{statistics.pstdev(c):.3f}" for c in zip(*runs)]
+        typer.echo(f"{strategy:<10} " + " ".join(f"{c:>12}" for c in cells))

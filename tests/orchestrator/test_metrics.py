@@ -66,3 +66,23 @@ def test_paired_bootstrap_brackets_the_point_ratio():
         1 / b["throughput_ratio"]
     )
     assert b["accuracy_lo"] <= 0.75 <= b["accuracy_hi"]
+
+
+def test_bootstrap_intervals_cover_the_truth_at_about_the_nominal_rate():
+    """Synthetic trials: correct ~ Bernoulli(0.7), walls ~ lognormal with a known mean ratio
+    2 against the baseline. The 95% intervals should cover the truth ~95% of the time."""
+    rng = random.Random(11)
+    covered_acc = covered_ratio = 0
+    runs = 200
+    for run in range(runs):
+        base, trial = [], []
+        for i in range(60):
+            wall = rng.lognormvariate(0, 0.3)
+            base.append(record(i, wall, 20))
+            trial.append(record(i, wall * rng.lognormvariate(-0.693 - 0.02, 0.2), 20,
+                                correct=float(rng.random() < 0.7)))
+        b = paired_bootstrap(trial, base, resamples=1000, seed=run)
+        covered_acc += b["accuracy_lo"] <= 0.7 <= b["accuracy_hi"]
+        covered_ratio += b["throughput_ratio_lo"] <= 2.0 <= b["throughput_ratio_hi"]
+    assert 0.88 <= covered_acc / runs <= 0.99
+    assert 0.85 <= covered_ratio / runs <= 0.99
