@@ -138,6 +138,7 @@ def export_configs(
             "pair": pairs[row["pair"]],
             "config": row["config"],
             "exact": row["exact"],
+            "tied": row.get("tied", False),
             "metrics": row["metrics"],
             "provenance": {
                 "sweep": spec.name,

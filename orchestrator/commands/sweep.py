@@ -31,6 +31,12 @@ def _frontier_rows(spec, study) -> list[dict]:
                 "run_id": _run_id(study, t.number),
             }
         )
+    from orchestrator.frontier import tied
+
+    flags = tied([tuple(r["objectives"].values()) for r in rows], [r["metrics"] for r in rows],
+                 tuple(spec.objectives.values()))
+    for row, flag in zip(rows, flags):
+        row["tied"] = flag  # statistically indistinguishable from a neighbour on the frontier
     return rows
 
 
@@ -55,7 +61,7 @@ def _table(title: str, spec, rows: list[dict]):
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact"):
+    for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact", "tied"):
         table.add_column(col, justify="right")
     for r in rows:
         c = r["config"]
@@ -70,6 +76,7 @@ def _table(title: str, spec, rows: list[dict]):
             f"{c['leniency']:g}",
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
             "yes" if r["exact"] else "no (lossy)",
+            "tied" if r.get("tied") else "",
         )
     return table
 

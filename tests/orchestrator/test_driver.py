@@ -167,3 +167,30 @@ def test_killed_worker_loses_and_duplicates_nothing(tmp_path):
     for r in all_runs:
         if "specsweep.trial" in r.data.tags:
             assert r.info.status == "FINISHED"
+
+
+def test_model_guided_search_enqueues_the_predicted_frontier_first(tmp_path):
+    from orchestrator.driver import open_study
+
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(
+        json.dumps(
+            {
+                "steps": [1, 2],
+                "d_k": [0.5, 0.3],
+                "draft_cost": [0.001, 0.002],
+                "verify_cost": 0.003,
+                "block": 4,
+            }
+        )
+    )
+    data = {**SPEC, "pairs": ["toy"], "search": {"sampler": "tpe", "trials": 8, "guide": str(calibration)}}
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path)
+    driver.prepare()
+    driver.study = open_study(driver.dir, driver.spec)
+    driver._guide()
+    waiting = driver.study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert 1 <= len(waiting) <= 4
+    lenient = [t.system_attrs["fixed_params"] for t in waiting]
+    assert any(p.get("rule") == "linear" and p.get("leniency") == 1.0 for p in lenient)  # the fastest
+    assert any(p.get("rule") == "lossless" for p in lenient)  # the most faithful
