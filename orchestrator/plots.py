@@ -90,7 +90,7 @@ def history_figure(history: list[float], title: str = ""):
     ax.plot(range(1, len(history) + 1), history, marker=".", color="tab:blue")
     ax.set_xlabel("finished trials")
     ax.set_ylabel("hypervolume (objective units)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
