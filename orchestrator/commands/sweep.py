@@ -33,8 +33,11 @@ def _frontier_rows(spec, study) -> list[dict]:
         )
     from orchestrator.frontier import tied
 
-    flags = tied([tuple(r["objectives"].values()) for r in rows], [r["metrics"] for r in rows],
-                 tuple(spec.objectives.values()))
+    flags = tied(
+        [tuple(r["objectives"].values()) for r in rows],
+        [r["metrics"] for r in rows],
+        tuple(spec.objectives.values()),
+    )
     for row, flag in zip(rows, flags):
         row["tied"] = flag  # statistically indistinguishable from a neighbour on the frontier
     return rows
@@ -141,14 +144,22 @@ def run(
     )
     uri = driver.tracking_uri
     browse = f"open {uri}" if uri.startswith("http") else f"mlflow ui --backend-store-uri {uri}"
-    console.print(f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
-                  f"{driver.parent_run}); browse: {browse}")
+    console.print(
+        f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
+        f"{driver.parent_run}); browse: {browse}"
+    )
     if driver.progress.note:
         console.print(driver.progress.note)
 
 
 @user_errors
-def status(name: str = typer.Argument(..., metavar="SWEEP"), root: Path = ROOT) -> None:
+def status(
+    name: str = typer.Argument(..., metavar="SWEEP"),
+    root: Path = ROOT,
+    reference: str = typer.Option(
+        "worst", "--reference", help="Hypervolume reference: worst | ar | ar:PAIR."
+    ),
+) -> None:
     """Trials finished, failed and in flight; baselines; frontier size; where results are."""
     import optuna
 
@@ -171,9 +182,37 @@ def status(name: str = typer.Argument(..., metavar="SWEEP"), root: Path = ROOT) 
             )
             typer.echo(f"{key.removeprefix('baseline:')}: {shown}")
     typer.echo(f"frontier: {len(frontier(study, spec))} trials on {', '.join(spec.objectives)}")
+    points = [tuple(t.values) for t in frontier(study, spec)]
+    if points:
+        value, where = hypervolume_against(spec, study, points, reference)
+        typer.echo(f"hypervolume: {value:.6g} (reference: {where})")
     typer.echo(
         f"MLflow: {study.user_attrs.get('tracking_uri')} parent run {study.user_attrs.get('parent_run')}"
     )
+
+
+def hypervolume_against(spec, study, points, reference: str) -> tuple[float, str]:
+    """HV of `points` against the worst observed values, or a pair's `ar` baseline
+    (`ar` = the first pair's, `ar:PAIR` = that pair's)."""
+    import optuna
+
+    from orchestrator.frontier import default_reference, hypervolume
+
+    directions = tuple(spec.objectives.values())
+    if reference == "worst":
+        every = [tuple(t.values) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+        ref = default_reference(every, directions)
+        return hypervolume(points, directions, ref), f"worst observed {ref}"
+    if not reference.startswith("ar"):
+        raise ValueError(f"--reference: worst, ar or ar:PAIR; got {reference!r}")
+    pair = reference.partition(":")[2] or spec.pairs[0].name
+    baseline = study.user_attrs.get(f"baseline:{pair}:ar")
+    if baseline is None or any(m not in baseline for m in spec.objectives):
+        raise ValueError(
+            f"--reference: the ar baseline of pair {pair} lacks some of {', '.join(spec.objectives)}"
+        )
+    ref = tuple(baseline[m] for m in spec.objectives)
+    return hypervolume(points, directions, ref), f"{pair} ar baseline {ref}"
 
 
 @user_errors
