@@ -59,6 +59,9 @@ def test_run_structure_in_mlflow(swept):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     parent = parents[0].info.run_id
     assert "spec.yaml" in [a.path for a in client.list_artifacts(parent)]
+    plots = {a.path for a in client.list_artifacts(parent, "plots")}
+    assert {"plots/frontier-throughput.png", "plots/frontier-latency.png", "plots/hypervolume.png",
+            "plots/schedules.png"} <= plots
     children = [r for r in all_runs if r.data.tags.get("specsweep.role") == "trial"]
     assert all(r.data.tags["mlflow.parentRunId"] == parent for r in children)
     baselines = sorted(
