@@ -31,7 +31,7 @@ import ray
 import yaml
 
 from orchestrator.metrics import paired_bootstrap, pareto_front, trial_metrics
-from orchestrator.space import Candidate, choose_config, grid
+from orchestrator.space import Candidate, choose_config, grid, params_key
 from orchestrator.spec import SpecError, SweepSpec, constraint_terms
 from orchestrator.tracking import Tracker, TrialLog, default_uri
 from orchestrator.workers import Shard, start_workers
@@ -356,11 +356,11 @@ class Driver:
         grid point enqueued instead; None when the whole space has been tried."""
         trial = self.study.ask()
         candidate = choose_config(self.spec, trial.suggest_categorical)
-        if _key(trial.params) in self._tried(exclude=trial.number):
+        if params_key(trial.params) in self._tried(exclude=trial.number):
             trial.set_user_attr("duplicate", True)
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             tried = self._tried(exclude=trial.number)
-            untried = [p for p in self._space() if _key(p) not in tried]
+            untried = [p for p in self._space() if params_key(p) not in tried]
             if not untried:
                 self.target = self.progress.target = self.progress.finished + len(self.jobs)
                 return None
@@ -381,7 +381,7 @@ class Driver:
         other than trial `exclude`."""
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
                   optuna.trial.TrialState.RUNNING)
-        return {_key(t.params) for t in self.study.get_trials(deepcopy=False, states=states)
+        return {params_key(t.params) for t in self.study.get_trials(deepcopy=False, states=states)
                 if not t.user_attrs.get("interrupted") and t.number != exclude}
 
     def _finished_trials(self) -> list[optuna.trial.FrozenTrial]:
@@ -588,23 +588,12 @@ class Driver:
         """Model-guided start: enqueue the untried configurations that the calibrated
         throughput model predicts on the (throughput, quality) frontier, at most half the
         trial budget; the sampler takes over after them."""
-        from orchestrator.throughput import acceptance, quality, throughput
+        from orchestrator.throughput import predicted_frontier
 
-        data = json.loads(Path(self.spec.search.guide).expanduser().read_text())
-        d_k = dict(zip(data["steps"], data["d_k"]))
-        a, b = data["draft_cost"]
-        scored = []
-        for params in self._space():
-            config = choose_config(self.spec, lambda name, values, p=params: p[name]).config
-            modelled = config.threshold is None and config.k in d_k and config.rule in ("lossless", "linear")
-            if not modelled:
-                continue
-            alpha = acceptance(d_k[config.k], config.leniency)
-            scored.append((params, (throughput(alpha, config.block, a + b * config.k, data["verify_cost"]),
-                                    quality(d_k[config.k], config.leniency))))
+        calibration = json.loads(Path(self.spec.search.guide).expanduser().read_text())
+        front = predicted_frontier(self.spec, self._space(), calibration)
         tried = self._tried(exclude=-1)
-        front = [scored[i][0] for i in pareto_front([s for _, s in scored], ("max", "max"))]
-        for params in [p for p in front if _key(p) not in tried][: max(1, self.target // 2)]:
+        for params in [p for p in front if params_key(p) not in tried][: max(1, self.target // 2)]:
             self.study.enqueue_trial(params)
 
     def _trial_loop(self) -> None:
@@ -657,10 +646,6 @@ class Driver:
         self.jobs.clear()
         self.tracker.stop_background()
         self.tracker.end_sweep(self.parent_run, status)
-
-
-def _key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
 
 
 def _raise_interrupt(signum, frame):

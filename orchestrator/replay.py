@@ -9,14 +9,10 @@ import random
 import optuna
 
 from orchestrator.frontier import default_reference, hypervolume
-from orchestrator.space import choose_config
+from orchestrator.space import choose_config, params_key
 from orchestrator.spec import SweepSpec
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
-
-
-def _key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
 
 
 def replay(
@@ -48,7 +44,7 @@ def replay(
     while len(seen) < min(budget, len(table)):
         trial = study.ask()
         choose_config(spec, trial.suggest_categorical)
-        key = _key(trial.params)
+        key = params_key(trial.params)
         if key in seen or key not in table:  # duplicate: an untried point instead, as the driver does
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             study.enqueue_trial(dict(next(k for k in untried if k not in seen)))

@@ -74,6 +74,11 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
     return Candidate(pair, DecodeConfig(**settings))
 
 
+def params_key(params: dict) -> tuple:
+    """A hashable identity of a point of the space (its params)."""
+    return tuple(sorted(params.items()))
+
+
 def grid(spec: SweepSpec) -> list[dict]:
     """Every path through choose_config: the params (name -> value) of each grid point."""
     points, stack = [], [[]]

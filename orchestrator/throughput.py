@@ -73,3 +73,28 @@ def parse_numbers(text: str, name: str) -> list[float]:
         return [float(p) for p in parts]
     except (ValueError, IndexError):
         raise ValueError(f"{name}: expected numbers like 0,0.1,...,1 or 1,2,3; got {text!r}") from None
+
+
+def predicted_frontier(spec, points: list[dict], calibration: dict) -> list[dict]:
+    """The grid points (params) the calibrated model puts on the (throughput, quality)
+    frontier; configurations it cannot model (τ, K not calibrated, cactus, match) are left out."""
+    from orchestrator.metrics import pareto_front
+    from orchestrator.space import choose_config
+
+    d_k = dict(zip(calibration["steps"], calibration["d_k"]))
+    a, b = calibration["draft_cost"]
+    scored = []
+    for params in points:
+        config = choose_config(spec, lambda name, values, p=params: p[name]).config
+        if config.threshold is None and config.k in d_k and config.rule in ("lossless", "linear"):
+            alpha = acceptance(d_k[config.k], config.leniency)
+            scored.append(
+                (
+                    params,
+                    (
+                        throughput(alpha, config.block, a + b * config.k, calibration["verify_cost"]),
+                        quality(d_k[config.k], config.leniency),
+                    ),
+                )
+            )
+    return [scored[i][0] for i in pareto_front([s for _, s in scored], ("max", "max"))]

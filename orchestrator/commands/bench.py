@@ -36,22 +36,43 @@ def decode_bench(
     grid = default_grid(block, max_new_tokens)
     with Progress(transient=True, disable=as_json) as progress:
         bar = progress.add_task(f"{len(grid)} configurations x {n} prompts", total=n)
-        rows = run_benchmark(loaded, [e.prompt for e in examples], grid,
-                             score=lambda i, text: task.score(examples[i], text),
-                             progress=lambda done: progress.update(bar, completed=done))
+        rows = run_benchmark(
+            loaded,
+            [e.prompt for e in examples],
+            grid,
+            score=lambda i, text: task.score(examples[i], text),
+            progress=lambda done: progress.update(bar, completed=done),
+        )
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row))
         return
     table = Table(title=f"decode benchmark: pair {pair}, {n} arith prompts, B={block}, greedy lossless")
-    for col in ("config", "accuracy", "tokens/NFE", "accept rate", "accept len", "speedup vs ar",
-                "model ms/iter", "overhead ms/iter", "exact"):
+    for col in (
+        "config",
+        "accuracy",
+        "tokens/NFE",
+        "accept rate",
+        "accept len",
+        "speedup vs ar",
+        "model ms/iter",
+        "overhead ms/iter",
+        "exact",
+    ):
         table.add_column(col, justify="left" if col == "config" else "right")
     for r in rows:
         rate = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
-        table.add_row(r["config"], f"{r['accuracy']:.2f}", f"{r['tokens_per_nfe']:.2f}", rate,
-                      f"{r['mean_accept_len']:.2f}", f"{r['speedup']:.2f}x", f"{r['model_ms_per_iter']:.2f}",
-                      f"{r['overhead_ms_per_iter']:.2f}", str(r["exact"]))
+        table.add_row(
+            r["config"],
+            f"{r['accuracy']:.2f}",
+            f"{r['tokens_per_nfe']:.2f}",
+            rate,
+            f"{r['mean_accept_len']:.2f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['model_ms_per_iter']:.2f}",
+            f"{r['overhead_ms_per_iter']:.2f}",
+            str(r["exact"]),
+        )
     Console(width=160).print(table)
 
 
@@ -85,8 +106,10 @@ def sandbox_bench(
     typer.echo(f"{count} HumanEval canonical solutions, {passed} passed in the sandbox ({run.layers})")
     typer.echo(f"in process   {1000 * inline / count:8.2f} ms/problem")
     typer.echo(f"sandboxed    {1000 * confined / count:8.2f} ms/problem")
-    typer.echo(f"overhead     {1000 * (confined - inline) / count:8.2f} ms/problem "
-               f"({confined / max(inline, 1e-9):.0f}x)")
+    typer.echo(
+        f"overhead     {1000 * (confined - inline) / count:8.2f} ms/problem "
+        f"({confined / max(inline, 1e-9):.0f}x)"
+    )
 
 
 @app.command("sweep")
@@ -108,12 +131,20 @@ def sweep_bench(
     from orchestrator.spec import parse_spec
 
     data = {
-        "name": "bench", "pairs": ["toy"], "task": {"name": "arith", "limit": prompts},
-        "space": {"schedule": ["linear", "packed"], "block": [2, 4, 8], "steps": [1, 2],
-                  "rule": ["lossless", "linear"], "leniency": [0.25, 0.5, 0.75, 1.0],
-                  "max_new_tokens": 24},
+        "name": "bench",
+        "pairs": ["toy"],
+        "task": {"name": "arith", "limit": prompts},
+        "space": {
+            "schedule": ["linear", "packed"],
+            "block": [2, 4, 8],
+            "steps": [1, 2],
+            "rule": ["lossless", "linear"],
+            "leniency": [0.25, 0.5, 0.75, 1.0],
+            "max_new_tokens": 24,
+        },
         "objectives": {"throughput_tps": "max", "accuracy": "max"},
-        "search": {"sampler": "random", "trials": trials, "parallel": 4, "seed": 0}, "baselines": ["ar"],
+        "search": {"sampler": "random", "trials": trials, "parallel": 4, "seed": 0},
+        "baselines": ["ar"],
     }
     typer.echo(f"{trials} trials x {prompts} prompts, toy pair, 4 trials in flight")
     base = None
@@ -125,8 +156,10 @@ def sweep_bench(
         outside = 1 - driver.decode_s / (slots * driver.trials_s)
         rate = 60 * driver.progress.finished / driver.trials_s
         base = base or rate
-        typer.echo(f"slots {slots}: {rate:6.1f} trials/min ({rate / base:.2f}x of 1 slot), worker-slot time "
-                   f"outside decoding {100 * outside:.1f}%")
+        typer.echo(
+            f"slots {slots}: {rate:6.1f} trials/min ({rate / base:.2f}x of 1 slot), worker-slot time "
+            f"outside decoding {100 * outside:.1f}%"
+        )
 
 
 @app.command("search")
@@ -147,36 +180,31 @@ def search_bench(
 
     from orchestrator.driver import load_sweep
     from orchestrator.replay import STRATEGIES, fractions, replay
+    from orchestrator.space import params_key
 
     spec, study = load_sweep(Path(root), sweep)
     if spec.search.sampler != "grid":
         raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    table = {tuple(sorted(t.params.items())): tuple(t.values) for t in complete}
+    table = {params_key(t.params): tuple(t.values) for t in complete}
     guide = None
     if calibration:
-        from orchestrator.metrics import pareto_front
-        from orchestrator.space import choose_config
-        from orchestrator.throughput import acceptance, quality, throughput
+        from orchestrator.throughput import predicted_frontier
 
-        data = json.loads(Path(calibration).read_text())
-        d_k, (a, b) = dict(zip(data["steps"], data["d_k"])), data["draft_cost"]
-        scored = []
-        for key in table:
-            c = choose_config(spec, lambda name, values, p=dict(key): p[name]).config
-            if c.threshold is None and c.k in d_k and c.rule in ("lossless", "linear"):
-                alpha = acceptance(d_k[c.k], c.leniency)
-                scored.append((dict(key), (throughput(alpha, c.block, a + b * c.k, data["verify_cost"]),
-                                           quality(d_k[c.k], c.leniency))))
-        guide = [scored[i][0] for i in pareto_front([s for _, s in scored], ("max", "max"))]
+        guide = predicted_frontier(
+            spec, [dict(key) for key in table], json.loads(Path(calibration).read_text())
+        )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    typer.echo(f"replaying {len(table)} measured grid points of {sweep}; hypervolume as a fraction of the "
-               "grid's")
+    typer.echo(
+        f"replaying {len(table)} measured grid points of {sweep}; hypervolume as a fraction of the grid's"
+    )
     typer.echo(f"{'strategy':<10} {'10%':>12} {'25%':>12} {'50%':>12}   (mean ± sd over {seeds} seeds)")
     for strategy in STRATEGIES:
         if strategy == "guided" and guide is None:
             continue
-        runs = [fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
-                for s in range(seeds)]
+        runs = [
+            fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
+            for s in range(seeds)
+        ]
         cells = [f"{statistics.mean(c):.3f}±{statistics.pstdev(c):.3f}" for c in zip(*runs)]
         typer.echo(f"{strategy:<10} " + " ".join(f"{c:>12}" for c in cells))
