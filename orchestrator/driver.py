@@ -174,6 +174,10 @@ class Driver:
         the first part leaves nothing behind. `run` calls it when the caller has not."""
         if self.spec.task.name == "arith" and self.spec.task.limit is None:
             raise SpecError("spec: task.limit: arith generates its prompts; say how many (e.g. 40)")
+        c = self.spec.cluster
+        if not self.ray_address and c.slots == "auto" and c.resource not in ("cpu", "gpu"):
+            raise SpecError(f"spec: cluster.slots: auto needs a cluster that declares {c.resource!r}; "
+                            "give a number of slots for a local run")
         task = get_task(self.spec.task.name, self.spec.task.data)
         self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
         self.by_index = {e.index: e for e in self.examples}
@@ -217,9 +221,6 @@ class Driver:
         if self.ray_address:
             ray.init(address=self.ray_address, log_to_driver=False)
             return
-        if c.slots == "auto" and c.resource not in ("cpu", "gpu"):
-            raise SpecError(f"spec: cluster.slots: auto needs a cluster that declares {c.resource!r}; "
-                            "give a number of slots for a local run")
         slots = 1 if c.slots == "auto" else c.slots
         resources = {} if c.resource in ("cpu", "gpu") else {c.resource: slots}
         temp = Path("/tmp") / f"specsweep-ray-{os.getuid()}"  # unix socket paths must stay short
