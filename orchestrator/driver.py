@@ -521,6 +521,7 @@ class Driver:
             self._start_workers()
             self._run_baselines()
             self._run_trials()
+            self._finish()
         except KeyboardInterrupt:
             self._interrupt()
             raise
@@ -529,19 +530,27 @@ class Driver:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous.pop())
-            self.tracker.stop_background()
-            unsent = 0 if self.tracker.flush() else self.tracker.save_pending()
-            if unsent:
-                self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
+            self._send_logs()
             if ray.is_initialized():
                 ray.shutdown()
+        self.wall_s = time.time() - self.started
+        return self.study
+
+    def _send_logs(self) -> None:
+        self.tracker.stop_background()
+        unsent = 0 if self.tracker.flush() else self.tracker.save_pending()
+        if unsent:
+            self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
+
+    def _finish(self) -> None:
+        """Plots on the parent run, which then ends FINISHED (inside the interrupt guard, so
+        a Ctrl-C here still leaves nothing RUNNING)."""
         from orchestrator.plots import sweep_plots
 
+        self._send_logs()
         for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
             self.tracker.attach(self.parent_run, path, "plots")
         self.tracker.end_sweep(self.parent_run, "FINISHED")
-        self.wall_s = time.time() - self.started
-        return self.study
 
     def _requeue_interrupted(self) -> None:
         """Trials left RUNNING by a killed session: mark them failed-interrupted and ask
