@@ -163,7 +163,6 @@ class Driver:
         self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
         self.inflight: dict = {}  # ray ref -> (job, shard index, worker index)
         self.load: dict[int, int] = {}  # shards queued or running per worker
-        self.busy_s = 0.0  # worker time on shards (decode + scoring), from their reports
         self.decode_s = 0.0  # Σ wall_s of the decodes of finished trials
         self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
 
@@ -338,7 +337,6 @@ class Driver:
                     self.pending.insert(0, (job, i, worker))
                     continue
             else:
-                self.busy_s += out["busy_s"]
                 job.results[i] = out
                 self._cache_path(job.shards[i]).write_text(json.dumps(out))
             if job.error is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from dataclasses import dataclass, replace
 
 import ray
@@ -63,8 +62,7 @@ class PairWorker:
 
     def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
         """Decode and score every (example, formatted prompt) of the shard; returns the
-        per-prompt records and the busy time."""
-        start = time.perf_counter()
+        per-prompt records, the Ray node and the GPU model that ran them."""
         pair = self._pair(shard.pair)
         base = DecodeConfig.from_dict(shard.config)
         records = []
@@ -83,7 +81,6 @@ class PairWorker:
             records.append(record)
         return {
             "records": records,
-            "busy_s": time.perf_counter() - start,
             "node": ray.get_runtime_context().get_node_id(),
             "gpu": _gpu_name(),
         }
