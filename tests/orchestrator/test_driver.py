@@ -60,8 +60,12 @@ def test_run_structure_in_mlflow(swept):
     parent = parents[0].info.run_id
     assert "spec.yaml" in [a.path for a in client.list_artifacts(parent)]
     plots = {a.path for a in client.list_artifacts(parent, "plots")}
-    assert {"plots/frontier-throughput.png", "plots/frontier-latency.png", "plots/hypervolume.png",
-            "plots/schedules.png"} <= plots
+    assert {
+        "plots/frontier-throughput.png",
+        "plots/frontier-latency.png",
+        "plots/hypervolume.png",
+        "plots/schedules.png",
+    } <= plots
     children = [r for r in all_runs if r.data.tags.get("specsweep.role") == "trial"]
     assert all(r.data.tags["mlflow.parentRunId"] == parent for r in children)
     baselines = sorted(
@@ -197,3 +201,24 @@ def test_model_guided_search_enqueues_the_predicted_frontier_first(tmp_path):
     lenient = [t.system_attrs["fixed_params"] for t in waiting]
     assert any(p.get("rule") == "linear" and p.get("leniency") == 1.0 for p in lenient)  # the fastest
     assert any(p.get("rule") == "lossless" for p in lenient)  # the most faithful
+
+
+def test_failing_trials_are_recorded_with_their_error_and_the_sweep_goes_on(tmp_path):
+    writing = Path(__file__).parents[1] / "workloads" / "tasks" / "fixtures" / "writing.jsonl"
+    data = {
+        **SPEC,
+        "pairs": ["toy"],
+        "task": {"name": "writing", "data": str(writing)},
+        "baselines": ["ar"],
+        "space": {"schedule": ["linear"], "block": [2, 4], "max_new_tokens": 8},
+        "search": {"sampler": "grid", "trials": 2, "parallel": 2},
+    }
+    driver = run_sweep(tmp_path, data)  # writing is unscored: the accuracy objective is undefined
+    failed = driver.study.get_trials(states=(optuna.trial.TrialState.FAIL,))
+    assert len(failed) == 2 and all("accuracy" in t.user_attrs["error"] for t in failed)
+    _, all_runs = runs(driver)
+    trials = [r for r in all_runs if "specsweep.trial" in r.data.tags]
+    assert len(trials) == 2 and all(r.info.status == "FAILED" for r in trials)
+    assert all("accuracy" in r.data.tags["specsweep.error"] for r in trials)
+    parent = next(r for r in all_runs if r.data.tags.get("specsweep.role") == "sweep")
+    assert parent.info.status == "FINISHED"
