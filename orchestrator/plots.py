@@ -52,6 +52,7 @@ def frontier_figure(
     on = sorted((t for t in shown if t["number"] in front), key=lambda t: t["metrics"][x])
     if on and connect:
         ax.plot([t["metrics"][x] for t in on], [t["metrics"][y] for t in on], color="0.3", lw=1, zorder=1)
+    if on:
         levels = sorted({effort(t["config"]) for t in on})
         colours = plt.get_cmap("viridis", max(2, len(levels)))
         for n, level in enumerate(levels):
@@ -76,13 +77,7 @@ def frontier_figure(
                 zorder=3,
                 label=label,
             )
-    ax.set_xlabel(LABELS.get(x, x))
-    ax.set_ylabel(LABELS.get(y, y))
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, x, y, title, fontsize=7)
 
 
 def history_figure(history: list[float], title: str = ""):
@@ -112,11 +107,15 @@ def schedules_figure(trials: list[dict], x: str = "throughput_tps", y: str = "ac
             alpha=0.8,
             label=schedule,
         )
+    return _finish(fig, ax, x, y, title)
+
+
+def _finish(fig, ax, x: str, y: str, title: str, fontsize: float | None = None):
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=fontsize, loc="best")
     fig.tight_layout()
     return fig
 
@@ -153,7 +152,7 @@ def sweep_plots(spec, study, out: Path) -> list[Path]:
         flat = set(spec.objectives) == {x, "accuracy"}
         name = LABELS[x].split(" (")[0]
         title = f"{spec.name}: {name} vs accuracy" + (
-            "" if flat else f" (frontier on {', '.join(spec.objectives)})"
+            "" if flat else f"\nfrontier on {', '.join(spec.objectives)}"
         )
         fig = frontier_figure(trials, front, baselines, x, title=title, connect=flat)
         paths.append(save(fig, out / f"frontier-{x.split('_')[0]}.png"))

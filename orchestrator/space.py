@@ -13,20 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.spec import SweepSpec
+from orchestrator.spec import SAMPLING, SweepSpec
 from workloads.decoding.config import DecodeConfig
 
 Choose = Callable[[str, list], object]
-_SAMPLING = (
-    "unmask",
-    "temperature",
-    "top_k",
-    "top_p",
-    "draft_temperature",
-    "draft_top_k",
-    "draft_top_p",
-    "max_new_tokens",
-)
 
 
 @dataclass(frozen=True)
@@ -68,7 +58,7 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
         settings["leniency"] = pick("leniency")
     elif rule == "cactus" and "delta" in dims:
         settings["leniency"] = pick("delta")
-    for key in _SAMPLING:
+    for key in SAMPLING:
         if key in dims:
             settings[key] = pick(key)
     return Candidate(pair, DecodeConfig(**settings))

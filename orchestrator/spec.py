@@ -21,15 +21,9 @@ SAMPLERS = ("grid", "random", "tpe", "nsga2", "gp")
 BASELINES = ("ar", "diffusion")
 # Dimensions of the joint space: DecodeConfig fields, plus δ (`delta`), which is the
 # leniency under rule cactus while `leniency` is λ under linear and match.
-DIMENSIONS = (
-    "schedule",
-    "block",
-    "steps",
-    "threshold",
+# Settings chosen after the schedule, effort and rule (see space.py).
+SAMPLING = (
     "unmask",
-    "rule",
-    "leniency",
-    "delta",
     "temperature",
     "top_k",
     "top_p",
@@ -38,6 +32,7 @@ DIMENSIONS = (
     "draft_top_p",
     "max_new_tokens",
 )
+DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING)
 _CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?[\d.]+(?:e-?\d+)?)\s*$")
 
 
