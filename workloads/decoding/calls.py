@@ -40,6 +40,7 @@ class CachedModel:
         self.length = 0
         self.device = model.device
         self.dtype = model.dtype
+        self._causal: torch.Tensor | None = None
 
     def _call(self, ids: list[int] | torch.Tensor, visible: torch.Tensor | None, positions: torch.Tensor,
               keep: int) -> torch.Tensor:
@@ -48,9 +49,10 @@ class CachedModel:
         ids = torch.as_tensor(ids, device=self.device).view(1, -1)
         q = ids.shape[1]
         mask = None
-        if q > 1 or visible is not None:
-            rows = causal(q) if visible is None else visible
-            mask = additive(rows_after_cache(self.length, rows)[None], self.dtype).to(self.device)
+        if visible is not None:
+            mask = additive(rows_after_cache(self.length, visible)[None], self.dtype).to(self.device)
+        elif q > 1:
+            mask = self._causal_mask(self.length, q)
         sync(self.device)
         start = time.perf_counter()
         logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
@@ -63,6 +65,15 @@ class CachedModel:
             self.cache.crop(keep - q)
         self.length += keep
         return logits
+
+    def _causal_mask(self, past: int, q: int) -> torch.Tensor:
+        """Additive mask (1, 1, q, past + q) of causal rows after the cache: a view into one
+        cached lower-triangular matrix, regrown when a call needs more positions."""
+        total = past + q
+        if self._causal is None or self._causal.shape[-1] < total:
+            size = max(total, 2 * (0 if self._causal is None else self._causal.shape[-1]), 256)
+            self._causal = additive(causal(size)[None], self.dtype).to(self.device)
+        return self._causal[:, :, past:total, :total]
 
     def causal(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """Causal rows appended to the cache: logits (q, V), row i predicting token i + 1."""

@@ -108,11 +108,14 @@ def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: 
             candidates = proposal.argmax(-1)
         else:
             candidates = draw(proposal, torch.empty_like(proposal).exponential_(generator=generator))
-        probs = logits.softmax(-1)
         masked = tokens == settings.mask_token_id
-        confidence = probs.gather(1, candidates[:, None]).squeeze(1)
-        chosen = commit_mask(settings, masked, scores(settings.unmask, probs, candidates, generator),
-                             confidence, step)
+        if settings.steps is not None and settings.steps - step == 1:
+            chosen = masked  # the last of K steps commits every slot still masked
+        else:
+            probs = logits.softmax(-1)
+            confidence = probs.gather(1, candidates[:, None]).squeeze(1)
+            chosen = commit_mask(settings, masked, scores(settings.unmask, probs, candidates, generator),
+                                 confidence, step)
         tokens = torch.where(chosen, candidates, tokens)
         q = proposal if step == 0 else torch.where(chosen[:, None], proposal, q)
         step += 1
