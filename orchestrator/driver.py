@@ -573,13 +573,16 @@ class Driver:
         self._drain(lambda job: self._finish_baseline(job))
         self.progress.note = ""
 
+    def _complete(self, jobs: list[Job], finish: Callable[[Job], None]) -> None:
+        for job in jobs:
+            self.jobs.pop(job.key, None)
+            finish(job)
+            self.on_progress(self.progress)
+
     def _drain(self, finish: Callable[[Job], None]) -> None:
         ready = [j for j in self.jobs.values() if j.done]
         while True:
-            for job in ready:
-                self.jobs.pop(job.key, None)
-                finish(job)
-                self.on_progress(self.progress)
+            self._complete(ready, finish)
             if not self.jobs:
                 return
             self._dispatch()
@@ -621,15 +624,9 @@ class Driver:
                 done += 1
             if not self.jobs:
                 return
-            for job in [j for j in self.jobs.values() if j.done]:
-                self.jobs.pop(job.key)
-                self._finish_trial(job)
-                self.on_progress(self.progress)
+            self._complete([j for j in self.jobs.values() if j.done], self._finish_trial)
             self._dispatch()
-            for job in self._collect(timeout=1.0):
-                self.jobs.pop(job.key, None)
-                self._finish_trial(job)
-                self.on_progress(self.progress)
+            self._complete(self._collect(timeout=1.0), self._finish_trial)
 
     def _plan_grid(self) -> list[dict] | None:
         """Grid points not yet tried (None when the sampler is not grid); the target shrinks
