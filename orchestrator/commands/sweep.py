@@ -18,6 +18,7 @@ def _frontier_rows(spec, study) -> list[dict]:
     from orchestrator.driver import frontier
 
     rows = []
+    run_ids = _run_ids(study)
     for t in frontier(study, spec):
         rows.append(
             {
@@ -28,7 +29,7 @@ def _frontier_rows(spec, study) -> list[dict]:
                 "params": t.params,
                 "objectives": dict(zip(spec.objectives, t.values)),
                 "metrics": t.user_attrs.get("metrics", {}),
-                "run_id": _run_id(study, t.number),
+                "run_id": run_ids.get(t.number),
             }
         )
     from orchestrator.frontier import tied
@@ -43,21 +44,20 @@ def _frontier_rows(spec, study) -> list[dict]:
     return rows
 
 
-def _run_id(study, number: int) -> str | None:
-    """The trial's MLflow run id, looked up by its tags (the driver logs runs after tell)."""
+def _run_ids(study) -> dict[int, str]:
+    """Trial number -> MLflow run id, from the trial runs under the sweep's parent run (the
+    driver logs runs after tell, so the study does not hold them)."""
     from mlflow.tracking import MlflowClient
 
     uri, parent = study.user_attrs.get("tracking_uri"), study.user_attrs.get("parent_run")
     if not uri or not parent:
-        return None
+        return {}
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_run(parent).info.experiment_id
-    runs = client.search_runs(
-        [experiment],
-        f"tags.mlflow.parentRunId = '{parent}' and tags.`specsweep.trial` = '{number}'",
-        max_results=1,
-    )
-    return runs[0].info.run_id if runs else None
+    runs = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'", max_results=50000)
+    return {
+        int(r.data.tags["specsweep.trial"]): r.info.run_id for r in runs if "specsweep.trial" in r.data.tags
+    }
 
 
 def _table(title: str, spec, rows: list[dict]):
@@ -181,8 +181,8 @@ def status(
                 f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps")
             )
             typer.echo(f"{key.removeprefix('baseline:')}: {shown}")
-    typer.echo(f"frontier: {len(frontier(study, spec))} trials on {', '.join(spec.objectives)}")
     points = [tuple(t.values) for t in frontier(study, spec)]
+    typer.echo(f"frontier: {len(points)} trials on {', '.join(spec.objectives)}")
     if points:
         value, where = hypervolume_against(spec, study, points, reference)
         typer.echo(f"hypervolume: {value:.6g} (reference: {where})")
