@@ -1,9 +1,11 @@
 """The joint decoding space of a sweep as one conditional decision procedure.
 
 `choose_config(spec, choose)` walks the dimensions in a fixed order and asks `choose(name,
-values)` for each one that applies: the pair (when several), schedule, block, the effort
-kind (steps or threshold, when both are given), K (only values <= B, under a per-B name),
-τ, unmasking policy, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule
+values)` for each one that applies: the pair (when several), schedule and block (quadratic
+only, and B >= 2, on dual-mode pairs; `|self` / `|two-model` names when a list is cut), the
+effort kind (steps or threshold, when both are given; none for packed/quadratic on dual-mode
+pairs, which draft inside the verify call in one step), K (only values <= B, under a per-B
+name), τ, unmasking policy, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule
 cactus), then the sampling settings. Optuna trials answer through suggest_categorical; the
 grid enumerates every path of the same procedure, so both see the same space.
 """
@@ -34,12 +36,18 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
 
     names = [p.name for p in spec.pairs]
     pair = names[0] if len(names) == 1 else choose("pair", names)
+    dual = spec.pair_kinds()[pair] == "self"
     settings: dict = {}
-    for key in ("schedule", "block"):
+    fits = {"schedule": lambda s: dual or s != "quadratic", "block": lambda b: not dual or b >= 2}
+    for key, allowed in fits.items():
         if key in dims:
-            settings[key] = pick(key)
+            values = [v for v in dims[key] if allowed(v)]
+            label = key if values == dims[key] else f"{key}|{'self' if dual else 'two-model'}"
+            settings[key] = values[0] if len(values) == 1 else choose(label, values)
     block = settings.get("block", DecodeConfig.block)
     effort = "steps" if "steps" in dims else "threshold" if "threshold" in dims else None
+    if dual and settings.get("schedule", DecodeConfig.schedule) in ("packed", "quadratic"):
+        effort = None  # the draft comes out of the verify call: one step
     if "steps" in dims and "threshold" in dims:
         effort = choose("effort", ["steps", "threshold"])
     if effort == "steps":

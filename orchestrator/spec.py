@@ -230,8 +230,8 @@ def _check_space(spec: SweepSpec) -> None:
                 raise SpecError(f"spec: space.{key}: {err}") from None
             except TypeError:
                 raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
-    if "quadratic" in dims.get("schedule", []):
-        raise SpecError("spec: space.schedule: quadratic is not available yet (self-speculative schedules)")
+    if "quadratic" in dims.get("schedule", []) and "self" not in spec.pair_kinds().values():
+        raise SpecError("spec: space.schedule: quadratic needs a dual-mode pair (a pair with `model:`)")
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
         raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")
 

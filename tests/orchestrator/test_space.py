@@ -1,7 +1,8 @@
 import optuna
+import pytest
 
 from orchestrator.space import choose_config, grid
-from orchestrator.spec import parse_spec
+from orchestrator.spec import SpecError, parse_spec
 
 
 def spec(space, pairs=("toy",)):
@@ -40,6 +41,24 @@ def test_pairs_and_effort_kinds_are_dimensions():
     points = grid(s)
     assert len(points) == 2 * (1 + 2)
     assert {p["pair"] for p in points} == {"toy", "toy-self"}
+
+
+def test_dual_mode_pairs_get_their_own_schedules_blocks_and_one_step_drafts():
+    s = spec({"schedule": ["linear", "packed", "quadratic"], "block": [1, 4], "steps": [1, 2]},
+             pairs=("toy", "toy-self"))
+    configs = {}
+    for p in grid(s):
+        c = choose_config(s, lambda name, values, p=p: p[name])
+        configs.setdefault(c.pair, []).append(c.config)
+    # toy: linear/packed x B=1 (K=1) + B=4 (K in 1, 2); toy-self: linear B=4 x 2 K + packed + quadratic
+    assert len(configs["toy"]) == 2 * 3 and "quadratic" not in {c.schedule for c in configs["toy"]}
+    own = {(c.schedule, c.block, c.k) for c in configs["toy-self"]}
+    assert own == {("linear", 4, 1), ("linear", 4, 2), ("packed", 4, 1), ("quadratic", 4, 1)}
+
+
+def test_quadratic_needs_a_dual_mode_pair():
+    with pytest.raises(SpecError, match="space.schedule: quadratic needs a dual-mode pair"):
+        spec({"schedule": ["quadratic"]})
 
 
 def test_optuna_trials_walk_the_same_space():

@@ -42,10 +42,11 @@ class CachedModel:
         self.dtype = model.dtype
         self._causal: torch.Tensor | None = None
 
-    def _call(self, ids: list[int] | torch.Tensor, visible: torch.Tensor | None, positions: torch.Tensor,
+    def call(self, ids: list[int] | torch.Tensor, visible: torch.Tensor | None, positions: torch.Tensor,
               keep: int) -> torch.Tensor:
-        """Evaluate rows `ids` (visible: (q, q) bool among rows, None = causal); keep the
-        first `keep` rows in the cache. Returns logits (q, V)."""
+        """Evaluate rows `ids` at `positions` (visible: (q, q) bool among rows, None =
+        causal); every row sees the whole cache. Keeps the first `keep` rows in the cache.
+        Returns logits (q, V)."""
         ids = torch.as_tensor(ids, device=self.device).view(1, -1)
         q = ids.shape[1]
         mask = None
@@ -78,7 +79,7 @@ class CachedModel:
     def causal(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """Causal rows appended to the cache: logits (q, V), row i predicting token i + 1."""
         n = len(ids)
-        return self._call(ids, None, torch.arange(self.length, self.length + n), keep=n)
+        return self.call(ids, None, torch.arange(self.length, self.length + n), keep=n)
 
     def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
         """One drafting call: `pending` verified tokens as causal rows (kept in the cache),
@@ -88,7 +89,7 @@ class CachedModel:
         visible = causal(n + w + 1)
         visible[n:, n:] = True
         ids = torch.cat([torch.tensor(pending + [last], dtype=torch.long), canvas.cpu()])
-        logits = self._call(ids, visible, torch.arange(self.length, self.length + n + w + 1), keep=n)
+        logits = self.call(ids, visible, torch.arange(self.length, self.length + n + w + 1), keep=n)
         return logits[n:]
 
     def crop(self, n: int) -> None:

@@ -89,6 +89,20 @@ def commit_mask(settings: DraftSettings, masked: torch.Tensor, priority: torch.T
     return sure
 
 
+def propose(logits: torch.Tensor, settings: DraftSettings,
+            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Proposals from the rows of one drafting region [anchor, m slots]: logits (m + 1, V)
+    -> q (m, V) after the drafter's sampling settings, candidates (m,) drawn from q, and the
+    untempered float logits (m, V). Shifted models read slot i from row i, others from row
+    i + 1; the mask token is never proposed."""
+    logits = (logits[:-1] if settings.shifted else logits[1:]).float()
+    logits[:, settings.mask_token_id] = float("-inf")
+    proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)
+    if settings.temperature == 0:  # one-hot proposals: the draw is their argmax
+        return proposal, proposal.argmax(-1), logits
+    return proposal, draw(proposal, torch.empty_like(proposal).exponential_(generator=generator)), logits
+
+
 def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: int,
                     settings: DraftSettings, generator: torch.Generator) -> Draft:
     """Draft `width` tokens after the verified prefix whose last token is `last`.
@@ -99,15 +113,8 @@ def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: 
     q = torch.zeros(0, 1, device=drafter.device)  # a width-0 draft: no call, nothing to verify
     step = 0
     while bool((tokens == settings.mask_token_id).any()):
-        logits = drafter.block(pending, last, tokens)
+        proposal, candidates, logits = propose(drafter.block(pending, last, tokens), settings, generator)
         pending = []
-        logits = (logits[:-1] if settings.shifted else logits[1:]).float()  # (W, V)
-        logits[:, settings.mask_token_id] = float("-inf")
-        proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)
-        if settings.temperature == 0:  # one-hot proposals: the draw is their argmax
-            candidates = proposal.argmax(-1)
-        else:
-            candidates = draw(proposal, torch.empty_like(proposal).exponential_(generator=generator))
         masked = tokens == settings.mask_token_id
         if settings.steps is not None and settings.steps - step == 1:
             chosen = masked  # the last of K steps commits every slot still masked

@@ -9,9 +9,11 @@ Schedules (DESIGN.md):
   prefix at the start of iteration t, while iteration t verified. Its first A_t slots
   (the tokens iteration t emitted) are dropped; the rest is the next draft.
 
-Every schedule starts the same way: the verifier prefills the prompt and the first token is
-sampled from its last row, so the prefix P_0 = prompt + that token. The drafter's cache is
-filled lazily: verified tokens it has not seen ride along as causal rows of its next call.
+On a two-model pair every schedule starts the same way: the verifier prefills the prompt and
+the first token is sampled from its last row, so the prefix P_0 = prompt + that token. The
+drafter's cache is filled lazily: verified tokens it has not seen ride along as causal rows
+of its next call. A dual-mode (self) pair runs `linear`, `packed` and `quadratic` as in
+`selfspec` (one network, one cache).
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from workloads.decoding.acceptance import draw, greedy_verify, verify
 from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
 from workloads.decoding.output import Output
-from workloads.decoding.sampling import distribution
+from workloads.decoding.selfspec import SELF_SCHEDULES, check_self, self_speculative
+from workloads.decoding.verifying import Run, verify_step
 from workloads.models.pair import Pair, SelfPair
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
@@ -54,28 +56,8 @@ class DecodeResult:
         return asdict(self)
 
 
-@dataclass
-class _Run:
-    """Mutable state shared by the schedule loops."""
-
-    config: DecodeConfig
-    out: Output
-    generator: torch.Generator
-    meter: Meter
-    iterations: int = 0
-    accepted: int = 0
-    drafted: int = 0
-    accept_lengths: list[int] = field(default_factory=list)
-
-    def sample(self, logits: torch.Tensor) -> int:
-        """One token from the verifier's sampling distribution of logits (V,)."""
-        c = self.config
-        p = distribution(logits[None], c.temperature, c.top_k, c.top_p)
-        return int(draw(p, torch.empty_like(p).exponential_(generator=self.generator))[0])
-
-
 def _models(pair: Pair):
-    if isinstance(pair, SelfPair):  # one network in both modes, each with its own cache
+    if isinstance(pair, SelfPair):  # one network in both modes
         return pair.model, pair.model
     return pair.drafter, pair.verifier
 
@@ -87,32 +69,14 @@ def _draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
 
 
 def check_pair(pair: Pair, config: DecodeConfig) -> None:
-    if config.schedule == "quadratic":
-        why = "needs a dual-mode (self) pair" if not isinstance(pair, SelfPair) else "is not available yet"
-        raise ConfigError(f"schedule: quadratic {why}; use linear or packed")
+    if isinstance(pair, SelfPair):
+        if config.schedule in SELF_SCHEDULES:
+            check_self(config)
+    elif config.schedule == "quadratic":
+        raise ConfigError("schedule: quadratic needs a dual-mode (self) pair; use linear or packed")
 
 
-def _verify_step(run: _Run, verifier: CachedModel, last: int, draft: Draft) -> list[int]:
-    """Verify `draft` after the prefix ending in `last`; returns the emitted tokens."""
-    c = run.config
-    n = draft.tokens.shape[0]
-    logits = verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
-    if c.temperature == 0 and c.rule == "lossless":
-        verdict = greedy_verify(logits, draft.tokens)
-    else:
-        p = distribution(logits, c.temperature, c.top_k, c.top_p)  # (n + 1, V)
-        uniforms = torch.rand(n, generator=run.generator, device=run.generator.device)
-        noise = torch.empty_like(p).exponential_(generator=run.generator)
-        verdict = verify(c.rule, p, draft.q, draft.tokens, uniforms, noise, c.leniency)
-    verifier.crop(n - verdict.accepted)
-    run.iterations += 1
-    run.drafted += n
-    run.accepted += verdict.accepted
-    run.accept_lengths.append(verdict.accepted)
-    return draft.tokens[: verdict.accepted].tolist() + [verdict.token]
-
-
-def _ar(run: _Run, verifier: CachedModel, prompt: list[int]) -> None:
+def _ar(run: Run, verifier: CachedModel, prompt: list[int]) -> None:
     logits = verifier.causal(prompt)
     while True:
         token = run.sample(logits[-1])
@@ -122,7 +86,7 @@ def _ar(run: _Run, verifier: CachedModel, prompt: list[int]) -> None:
         logits = verifier.causal([token])
 
 
-def _diffusion(run: _Run, drafter: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+def _diffusion(run: Run, drafter: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
     pending, last = prompt[:-1], prompt[-1]
     while True:
         draft = diffusion_draft(drafter, pending, last, min(run.config.block, run.out.remaining),
@@ -134,7 +98,7 @@ def _diffusion(run: _Run, drafter: CachedModel, prompt: list[int], settings: Dra
         pending, last = [last] + tokens[:-1], tokens[-1]
 
 
-def _speculative(run: _Run, drafter: CachedModel, verifier: CachedModel, prompt: list[int],
+def _speculative(run: Run, drafter: CachedModel, verifier: CachedModel, prompt: list[int],
                  settings: DraftSettings, packed: bool) -> None:
     block = run.config.block
     last = run.sample(verifier.causal(prompt)[-1])
@@ -153,7 +117,7 @@ def _speculative(run: _Run, drafter: CachedModel, verifier: CachedModel, prompt:
         if not packed:
             draft = fresh
         checked = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
-        emitted = _verify_step(run, verifier, last, checked)
+        emitted = verify_step(run, verifier, last, checked)
         pending += [last] + emitted[:-1]
         last = emitted[-1]
         if run.out.extend(emitted):
@@ -175,7 +139,7 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     device = verifier_model.device
     generator = torch.Generator(device=device).manual_seed(config.seed)
     meter = Meter()
-    run = _Run(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
+    run = Run(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
     settings = _draft_settings(pair, config)
     sync(device)
     start = time.perf_counter()
@@ -183,6 +147,8 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
         _ar(run, CachedModel(verifier_model, meter), ids)
     elif config.schedule == "diffusion":
         _diffusion(run, CachedModel(drafter_model, meter), ids, settings)
+    elif isinstance(pair, SelfPair):
+        self_speculative(run, CachedModel(pair.model, meter), ids, settings)
     else:
         _speculative(run, CachedModel(drafter_model, meter), CachedModel(verifier_model, meter), ids,
                      settings, packed=config.schedule == "packed")

@@ -27,3 +27,19 @@ def rows_after_cache(past: int, visible: torch.Tensor) -> torch.Tensor:
     """(q, past + q) bool: every row sees the whole cache, then `visible` (q, q) among rows."""
     q = visible.shape[0]
     return torch.cat([torch.ones(q, past, dtype=torch.bool), visible], dim=1)
+
+
+def packed(verify: int, regions: list[tuple[int, int]]) -> torch.Tensor:
+    """(q, q) bool visibility of a self-speculative call (paper 2610.33379, Appendix D.1):
+    `verify` causal rows, then one proposal region per (h, size): `size` rows that see the
+    first h verify rows and, bidirectionally, each other (never the other regions).
+    q = verify + Σ size."""
+    q = verify + sum(size for _, size in regions)
+    visible = torch.zeros(q, q, dtype=torch.bool)
+    visible[:verify, :verify] = causal(verify)
+    start = verify
+    for h, size in regions:
+        visible[start:start + size, :h] = True
+        visible[start:start + size, start:start + size] = True
+        start += size
+    return visible

@@ -1,0 +1,176 @@
+"""Self-speculative schedules on one dual-mode network: exactness, layouts, the KV cache,
+rows per iteration and Packed-SS against Linear-SS (paper 2610.33379)."""
+
+import dataclasses
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chi2_contingency
+
+from tests.workloads.decoding.stubs import TOK, StubLM, digit_at
+from workloads.decoding import DecodeConfig, decode
+from workloads.decoding.calls import CachedModel, Meter
+from workloads.decoding.config import ConfigError
+from workloads.decoding.engine import _draft_settings
+from workloads.decoding.output import Output
+from workloads.decoding.selfspec import self_speculative
+from workloads.decoding.verifying import Run
+from workloads.models import load_pair
+from workloads.models.masks import packed
+from workloads.models.pair import DiffusionProfile, SelfPair
+from workloads.tasks import get_task
+
+SCHEDULES = ("linear", "packed", "quadratic")
+BLOCKS = (4, 8, 16)
+
+
+def test_packed_layout_matches_appendix_d1():
+    """Verify rows causal; each region sees the verify rows before its anchor and itself."""
+    visible = packed(3, [(0, 2), (2, 2)])
+    expected = torch.tensor([
+        [1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0],
+        [0, 0, 0, 1, 1, 0, 0],
+        [0, 0, 0, 1, 1, 0, 0],
+        [1, 1, 0, 0, 0, 1, 1],
+        [1, 1, 0, 0, 0, 1, 1],
+    ], dtype=torch.bool)
+    assert torch.equal(visible, expected)
+
+
+# -- toy-self at temperature 0 ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def toy_self():
+    return load_pair("toy-self")
+
+
+@pytest.fixture(scope="module")
+def greedy(toy_self):
+    """Every schedule and B over 50 arith prompts: (schedule, B) -> results, plus 'ar'."""
+    prompts = [e.prompt for e in get_task("arith").examples("test", n=50, seed=2)]
+    runs = {"ar": [decode(toy_self, p, DecodeConfig(schedule="ar", max_new_tokens=64)) for p in prompts]}
+    for schedule in SCHEDULES:
+        for block in BLOCKS:
+            config = DecodeConfig(schedule=schedule, block=block, max_new_tokens=64)
+            runs[schedule, block] = [decode(toy_self, p, config) for p in prompts]
+    runs["prompt_lengths"] = [len(toy_self.tokenizer(p).input_ids) for p in prompts]
+    return runs
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_greedy_reproduces_ar_tokens(greedy, schedule, block):
+    for r, ar in zip(greedy[schedule, block], greedy["ar"]):
+        assert r.token_ids == ar.token_ids
+        assert r.exact and r.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_rows_per_iteration(greedy, block):
+    """Linear 2B over two calls, packed 2B in one, quadratic B + B(B + 1); the start is the
+    prompt (and, for one-call schedules, a first region of B + 1 rows)."""
+    for schedule, per_iteration, start in (("linear", 2 * block, 0), ("packed", 2 * block, block + 1),
+                                           ("quadratic", block * (block + 2), block + 1)):
+        for r, prompt in zip(greedy[schedule, block], greedy["prompt_lengths"]):
+            assert r.rows == prompt + start + per_iteration * r.iterations, schedule
+            calls = 2 * r.iterations + 1 if schedule == "linear" else r.iterations + 1
+            assert r.nfe == calls
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_packed_uses_no_more_nfe_than_linear_on_most_prompts(greedy, block):
+    packed_runs, linear_runs = greedy["packed", block], greedy["linear", block]
+    holds = sum(p.nfe <= q.nfe for p, q in zip(packed_runs, linear_runs)) / len(packed_runs)
+    assert holds >= 0.9
+    per_nfe = lambda runs: sum(r.new_tokens for r in runs) / sum(r.nfe for r in runs)  # noqa: E731
+    assert per_nfe(packed_runs) > per_nfe(linear_runs)
+
+
+# -- stubs: every draft token right ----------------------------------------------------------
+
+def stub_self() -> SelfPair:
+    return SelfPair("stub-self", StubLM(digit_at), TOK, DiffusionProfile(TOK.mask_token_id, shifted=True))
+
+
+@pytest.mark.parametrize(("schedule", "expected"), [
+    ("linear", [3, 3, 3, 3]),
+    ("quadratic", [3, 3, 3, 3]),
+    ("packed", [3, 0, 2, 0, 2, 0, 2]),  # a full draft leaves no proposal; then W - 1 of W survive
+])
+def test_always_accepted_drafts(schedule, expected):
+    config = DecodeConfig(schedule=schedule, block=4, max_new_tokens=1 + 4 * 4)
+    r = decode(stub_self(), "1", config)
+    assert r.accept_lengths[: len(expected)] == expected
+    assert r.token_ids == [digit_at(p) for p in range(1, 1 + config.max_new_tokens)]
+
+
+def test_self_settings_refused():
+    pair = stub_self()
+    with pytest.raises(ConfigError, match="steps: packed on a dual-mode pair"):
+        decode(pair, "1", DecodeConfig(schedule="packed", block=4, steps=2))
+    with pytest.raises(ConfigError, match="steps: quadratic on a dual-mode pair"):
+        decode(pair, "1", DecodeConfig(schedule="quadratic", block=4, threshold=0.5))
+    with pytest.raises(ConfigError, match="block: a dual-mode pair needs block >= 2"):
+        decode(pair, "1", DecodeConfig(schedule="linear", block=1))
+
+
+# -- temperature 1 ---------------------------------------------------------------------------
+
+ALPHA = 1e-3
+SAMPLES = 2000
+PROMPT = "7"
+SAMPLING = dict(temperature=1.0, top_k=3, max_new_tokens=3)
+
+
+@pytest.fixture(scope="module")
+def uncertain_self(uncertain_pair):
+    """The uncertain verifier as a dual-mode network (its mask rows draft, its causal rows verify)."""
+    return SelfPair("uncertain-self", uncertain_pair.verifier, TOK, DiffusionProfile(TOK.mask_token_id, True))
+
+
+def joint_counts(pair, config: DecodeConfig) -> Counter:
+    return Counter(tuple(decode(pair, PROMPT, dataclasses.replace(config, seed=10_000 + s)).token_ids)
+                   for s in range(SAMPLES))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_sampled_joint_matches_ar(uncertain_self, schedule):
+    ar = joint_counts(uncertain_self, DecodeConfig(schedule="ar", **SAMPLING))
+    assert len(ar) >= 15 and max(ar.values()) < SAMPLES / 4, "the model must be uncertain"
+    config = DecodeConfig(schedule=schedule, block=3, **SAMPLING)
+    ours = joint_counts(uncertain_self, config)
+    keys = sorted(set(ar) | set(ours))
+    assert chi2_contingency([[ar[k] for k in keys], [ours[k] for k in keys]]).pvalue > ALPHA
+    lengths = Counter()
+    for seed in range(30):
+        long = DecodeConfig(schedule=schedule, block=3, seed=seed, **{**SAMPLING, "max_new_tokens": 20})
+        lengths.update(decode(uncertain_self, PROMPT, long).accept_lengths)
+    assert lengths[0] > 0 and sum(v for k, v in lengths.items() if k > 0) > 0  # both paths taken
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_cache_holds_the_verified_prefix_only(uncertain_self, schedule):
+    """After a sampled decode with rejections, the cache equals a causal prefill of the
+    prompt and every emitted token but the last: nothing from drafting or rejected rows.
+    (Tokens accepted after an emitted EOS may sit beyond it; the decode is over then.)"""
+    model = uncertain_self.model
+    config = DecodeConfig(schedule=schedule, block=4, temperature=1.0, max_new_tokens=30, seed=3)
+    prompt = TOK(PROMPT).input_ids
+    meter = Meter()
+    run = Run(config, Output(TOK, config.max_new_tokens, ()), torch.Generator().manual_seed(3), meter)
+    cached = CachedModel(model, meter)
+    with torch.inference_mode():
+        self_speculative(run, cached, prompt, _draft_settings(uncertain_self, config))
+        prefix = prompt + run.out.ids[:-1]
+        fresh = CachedModel(model, Meter())
+        fresh.causal(prefix)
+    assert run.accepted < run.drafted
+    n = len(prefix)
+    assert cached.length == n if run.out.stop_reason == "length" else n <= cached.length < n + 4
+    for ours, theirs in zip(cached.cache.layers, fresh.cache.layers):
+        assert ours.keys.shape[-2] == cached.length
+        assert torch.allclose(ours.keys[..., :n, :], theirs.keys, atol=1e-5)
+        assert torch.allclose(ours.values[..., :n, :], theirs.values, atol=1e-5)

@@ -1,0 +1,131 @@
+"""Self-speculative schedules on one dual-mode network (paper 2610.33379): Linear-SS,
+Quadratic-SS and Packed-SS (Algorithms 1–2, layouts of Appendix D.1, start of Appendix E.2).
+
+One KV cache holds the verified prefix minus its last token `last`, at positions < n. The
+block size B is the paper's Nemotron block: a call region has B rows and a draft has
+W = B − 1 tokens. The rows of a call:
+
+* verify region: [last, d_1 .. d_W] causal at positions n .. n + B − 1 (an incomplete draft
+  is padded with mask tokens, which cannot extend acceptance); row i gives p_{i+1};
+* proposal region (h, m): [copy of the h-th verify token, m masks] at positions n + h ..
+  n + h + m; it sees the cache, the verify rows before h and itself (bidirectionally), so it
+  drafts positions n + h + 1 .. n + h + m from the prefix extended by d_1 .. d_h.
+
+Per iteration:
+
+* `linear`: a drafting call (region (0, W); K steps or τ allowed), then a verify call of
+  [last, draft]: 2 NFE, 2B rows.
+* `packed`: the verify region and region (0, W) in one call: 1 NFE, 2B rows. The proposals
+  read P_{t−1} only; those at the A_t positions just emitted are dropped, the rest are the
+  next draft (|D_t| = W − A_t).
+* `quadratic`: the verify region and regions (h, B) for every acceptance length h = 0 ..
+  B − 1 in one call: 1 NFE, B + B(B + 1) rows. Branch h = accepted count proposes the
+  correction's slot (dropped) and the W slots after it: a full next draft.
+
+Start (Appendix E.2): greedy packed/quadratic run the prompt and region (P − 1, W + 1) in
+one call, emit the first token and keep proposals 2 .. W + 1 as a full draft; when sampling,
+a prefill then a drafting call give the first token and a full draft. Linear prefills.
+Proposals are sampled only for the slots kept, after verification (Appendix E.4).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workloads.decoding.calls import CachedModel
+from workloads.decoding.config import ConfigError, DecodeConfig
+from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
+from workloads.decoding.verifying import Run, judge
+from workloads.models.masks import packed as packed_layout
+
+SELF_SCHEDULES = ("linear", "packed", "quadratic")
+
+
+def check_self(config: DecodeConfig) -> None:
+    """Settings a dual-mode network cannot run."""
+    if config.block < 2:
+        raise ConfigError("block: a dual-mode pair needs block >= 2 (the draft holds block - 1 tokens)")
+    if config.schedule in ("packed", "quadratic") and (config.threshold is not None or config.k != 1):
+        raise ConfigError(
+            f"steps: {config.schedule} on a dual-mode pair drafts inside the verify call, so one step "
+            f"only (steps 1, no threshold)")
+
+
+def call(model: CachedModel, rows: list[int], regions: list[tuple[int, int]], mask: int,
+         ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One packed call: `rows` causal (kept in the cache), then proposal regions (h, m)
+    (dropped). Returns the verify logits (len(rows), V) and each region's (m + 1, V)."""
+    n, v = model.length, len(rows)
+    ids, positions = list(rows), [torch.arange(n, n + v)]
+    for h, m in regions:
+        ids += [rows[h]] + [mask] * m
+        positions.append(torch.arange(n + h, n + h + m + 1))
+    logits = model.call(ids, packed_layout(v, [(h, m + 1) for h, m in regions]), torch.cat(positions), keep=v)
+    out, start = [], v
+    for _, m in regions:
+        out.append(logits[start:start + m + 1])
+        start += m + 1
+    return logits[:v], out
+
+
+def _proposal(run: Run, logits: torch.Tensor, settings: DraftSettings) -> Draft:
+    q, tokens, _ = propose(logits, settings, run.generator)
+    return Draft(tokens, q, 1)
+
+
+def _start(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> tuple[int, Draft]:
+    """Prefill; returns the first token and a full draft of W tokens after it."""
+    w = run.config.block - 1
+    if run.config.temperature == 0:
+        verify, (region,) = call(model, prompt, [(len(prompt) - 1, w + 1)], settings.mask_token_id)
+        first = run.sample(verify[-1])
+        return first, _proposal(run, region[1:], settings)
+    first = run.sample(model.causal(prompt)[-1])
+    return first, diffusion_draft(model, [], first, w, settings, run.generator)
+
+
+def _linear(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+    last = run.sample(model.causal(prompt)[-1])
+    if run.out.extend([last]):
+        return
+    while True:
+        width = min(run.config.block - 1, run.out.remaining - 1)
+        draft = diffusion_draft(model, [], last, width, settings, run.generator)
+        logits = model.causal(torch.cat([torch.tensor([last], device=model.device), draft.tokens]))
+        emitted = judge(run, logits, draft)
+        model.crop(width + 1 - len(emitted))
+        last = emitted[-1]
+        if run.out.extend(emitted):
+            return
+
+
+def _one_call(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings,
+              quadratic: bool) -> None:
+    block, mask = run.config.block, settings.mask_token_id
+    last, draft = _start(run, model, prompt, settings)
+    if run.out.extend([last]):
+        return
+    while True:
+        room = run.out.remaining - 1  # verification always adds one token
+        checked = Draft(draft.tokens[:room], draft.q[:room], 1)
+        n = checked.tokens.shape[0]
+        rows = [last] + checked.tokens.tolist() + [mask] * (block - 1 - n)
+        regions = [(h, block) for h in range(block)] if quadratic else [(0, block - 1)]
+        verify, proposed = call(model, rows, regions, mask)
+        emitted = judge(run, verify[: n + 1], checked)
+        model.crop(block - len(emitted))  # keep [last, accepted draft tokens]
+        last = emitted[-1]
+        if run.out.extend(emitted):
+            return
+        if quadratic:  # the branch of the accepted count, minus the correction's slot
+            draft = _proposal(run, proposed[len(emitted) - 1][1:], settings)
+        else:  # proposals from P_{t-1}: the first A_t slots were just filled
+            draft = _proposal(run, proposed[0][len(emitted):], settings)
+
+
+def self_speculative(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+    schedule = run.config.schedule
+    if schedule == "linear":
+        _linear(run, model, prompt, settings)
+    else:
+        _one_call(run, model, prompt, settings, quadratic=schedule == "quadratic")
