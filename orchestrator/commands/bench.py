@@ -76,6 +76,128 @@ def decode_bench(
     Console(width=160).print(table)
 
 
+@app.command("self")
+@user_errors
+def self_bench(
+    pair: str = typer.Option("toy-self", help="A dual-mode pair."),
+    n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
+    blocks: str = typer.Option("4,8,16", help="Block sizes B (comma-separated)."),
+    max_new_tokens: int = typer.Option(64),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Linear-SS, Packed-SS and Quadratic-SS (greedy, lossless) per B: tokens per NFE, time
+    per NFE, rows per iteration, throughput relative to Linear-SS at the same B with a 95%
+    paired bootstrap interval over prompts, the non-model share of wall time, and how often
+    Packed-SS needs no more NFE than Linear-SS on a prompt."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from orchestrator.metrics import paired_bootstrap
+    from orchestrator.throughput import parse_numbers
+    from workloads.decoding import DecodeConfig
+    from workloads.decoding.bench import decode_all
+    from workloads.models import SelfPair, load_pair
+    from workloads.tasks import get_task
+
+    try:
+        sizes = [int(b) for b in parse_numbers(blocks, "--blocks")]
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--blocks") from None
+    loaded = load_pair(pair)
+    if not isinstance(loaded, SelfPair):
+        raise typer.BadParameter(
+            f"{pair} is a two-model pair; this benchmark needs a dual-mode one", param_hint="--pair"
+        )
+    task = get_task("arith")
+    examples = task.examples("test", n=n)
+    configs = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
+    for b in sizes:
+        for schedule in ("linear", "packed", "quadratic"):
+            configs[f"{schedule} B={b}"] = DecodeConfig(
+                schedule=schedule, block=b, max_new_tokens=max_new_tokens
+            )
+    with Progress(transient=True, disable=as_json) as progress:
+        bar = progress.add_task(f"{len(configs)} configurations x {n} prompts", total=n)
+        totals = decode_all(
+            loaded,
+            [e.prompt for e in examples],
+            configs,
+            score=lambda i, text: task.score(examples[i], text),
+            progress=lambda done: progress.update(bar, completed=done),
+        )
+
+    def records(label: str) -> list[dict]:
+        return [
+            {"index": i, "new_tokens": r.new_tokens, "wall_s": r.wall_s}
+            for i, r in enumerate(totals[label].results)
+        ]
+
+    rows = []
+    for label, t in totals.items():
+        schedule, _, b = label.partition(" B=")
+        row = {
+            "config": label,
+            "accuracy": t.correct / n,
+            "tokens_per_nfe": t.sum("new_tokens") / t.sum("nfe"),
+            "time_per_nfe_ms": 1000 * t.sum("model_s") / t.sum("nfe"),
+            "rows_per_iteration": t.sum("rows") / t.sum("iterations"),
+            "mean_accept_len": t.sum("accepted") / t.sum("iterations"),
+            "overhead_share": t.sum("overhead_s") / t.sum("wall_s"),
+            "speedup_vs_ar": t.throughput / totals["ar"].throughput,
+        }
+        if b:
+            ratio = paired_bootstrap(records(label), records(f"linear B={b}"), resamples=20_000)
+            row.update(
+                vs_linear=ratio["throughput_ratio"],
+                vs_linear_low=ratio["throughput_ratio_lo"],
+                vs_linear_high=ratio["throughput_ratio_hi"],
+            )
+        if schedule == "packed":
+            linear = totals[f"linear B={b}"].results
+            row["packed_nfe_le_linear"] = sum(p.nfe <= q.nfe for p, q in zip(t.results, linear)) / n
+        rows.append(row)
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row))
+        return
+    table = Table(title=f"self-speculative benchmark: pair {pair}, {n} arith prompts, greedy lossless")
+    cols = (
+        "config",
+        "accuracy",
+        "tokens/NFE",
+        "ms/NFE",
+        "rows/iter",
+        "accept len",
+        "vs linear [95% CI]",
+        "vs ar",
+        "overhead share",
+        "packed NFE <= linear",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for r in rows:
+        ci = (
+            f"{r['vs_linear']:.2f}x [{r['vs_linear_low']:.2f}, {r['vs_linear_high']:.2f}]"
+            if "vs_linear" in r
+            else "-"
+        )
+        share = r.get("packed_nfe_le_linear")
+        table.add_row(
+            r["config"],
+            f"{r['accuracy']:.2f}",
+            f"{r['tokens_per_nfe']:.2f}",
+            f"{r['time_per_nfe_ms']:.2f}",
+            f"{r['rows_per_iteration']:.1f}",
+            f"{r['mean_accept_len']:.2f}",
+            ci,
+            f"{r['speedup_vs_ar']:.2f}x",
+            f"{r['overhead_share']:.0%}",
+            "-" if share is None else f"{share:.0%} of prompts",
+        )
+    Console(width=180).print(table)
+
+
 @app.command("sandbox")
 @user_errors
 def sandbox_bench(

@@ -44,15 +44,11 @@ class Totals:
         }
 
 
-def run_benchmark(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfig],
-                  score: Callable[[int, str], float] | None = None, warmup: int = 3,
-                  progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Decode every prompt with every config (interleaved); one row per config.
-
-    `configs` must contain "ar": the baseline the speed ratios refer to.
-    """
-    if "ar" not in configs:
-        raise ValueError("configs: the benchmark needs an 'ar' baseline entry")
+def decode_all(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfig],
+               score: Callable[[int, str], float] | None = None, warmup: int = 3,
+               progress: Callable[[int], None] | None = None) -> dict[str, Totals]:
+    """Decode every prompt with every config, interleaved per prompt, after `warmup`
+    untimed prompts; label -> Totals with one result per prompt, in prompt order."""
     for prompt in prompts[:warmup]:
         for config in configs.values():
             decode(pair, prompt, config)
@@ -65,6 +61,17 @@ def run_benchmark(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfi
                 t.correct += score(i, result.text)
         if progress:
             progress(i + 1)
+    return totals
+
+
+def run_benchmark(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfig],
+                  score: Callable[[int, str], float] | None = None, warmup: int = 3,
+                  progress: Callable[[int], None] | None = None) -> list[dict]:
+    """`decode_all`, one row per config; `configs` must contain "ar": the baseline the speed
+    ratios refer to."""
+    if "ar" not in configs:
+        raise ValueError("configs: the benchmark needs an 'ar' baseline entry")
+    totals = decode_all(pair, prompts, configs, score, warmup, progress)
     ar = totals["ar"].throughput
     return [t.row(ar) for t in totals.values()]
 
