@@ -60,6 +60,7 @@ def decode(
     max_new_tokens: int = typer.Option(None, **OPT),
     seed: int = typer.Option(None, **OPT),
     stop: list[str] = typer.Option(None, help="Stop string (repeatable).", **OPT),
+    verify_order: str = typer.Option(None, help="ltr | confidence (any-order packed, dual-mode).", **OPT),
 ) -> None:
     """Decode prompts with a pair under one configuration and print text and measurements."""
     import yaml
@@ -71,7 +72,8 @@ def decode(
     flags = dict(schedule=schedule, block=block, steps=steps, threshold=threshold, unmask=unmask, rule=rule,
                  leniency=leniency, temperature=temperature, top_k=top_k, top_p=top_p,
                  draft_temperature=draft_temperature, draft_top_k=draft_top_k, draft_top_p=draft_top_p,
-                 max_new_tokens=max_new_tokens, seed=seed, stop=tuple(stop) if stop else None)
+                 max_new_tokens=max_new_tokens, seed=seed, stop=tuple(stop) if stop else None,
+                 verify_order=verify_order)
     settings: dict = {}
     if config is not None:
         settings = DecodeConfig.from_file(config).to_dict()

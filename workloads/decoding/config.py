@@ -10,6 +10,7 @@ from workloads.decoding.acceptance import RULES
 
 SCHEDULES = ("ar", "diffusion", "linear", "packed", "quadratic")
 UNMASK = ("ltr", "confidence", "margin", "entropy", "random")
+VERIFY_ORDERS = ("ltr", "confidence")
 
 
 class ConfigError(ValueError):
@@ -33,6 +34,7 @@ class DecodeConfig:
     draft_top_p: float | None = None
     max_new_tokens: int = 64
     seed: int = 0
+    verify_order: str = "ltr"  # confidence: any-order Packed-SS (dual-mode pairs, greedy)
     stop: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -92,6 +94,12 @@ class DecodeConfig:
                 raise bad(name, "must be in (0, 1]")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise bad("max_new_tokens", "must be an integer >= 1")
+        if self.verify_order not in VERIFY_ORDERS:
+            raise bad("verify_order", f"must be one of {', '.join(VERIFY_ORDERS)}")
+        if self.verify_order != "ltr" and (self.schedule != "packed" or self.temperature != 0
+                                           or self.rule != "lossless"):
+            raise bad("verify_order", "confidence runs greedy lossless packed only (schedule packed, "
+                                      "temperature 0, rule lossless): its sampling is not proven exact")
 
     @classmethod
     def from_dict(cls, data: dict) -> DecodeConfig:
@@ -124,14 +132,15 @@ class DecodeConfig:
 def is_exact(config: DecodeConfig) -> bool:
     """Whether `config` provably reproduces the verifier's output distribution (joint).
 
-    Lenient rules never do; `ar` always does and drafter-only `diffusion` never does. Else
+    Lenient rules never do; `ar` always does and drafter-only `diffusion` never does; neither
+    does any-order verification (its verifier is the diffusion mode, not the AR mode). Else
     rejection sampling with stored proposals is exact when each draft token was drawn given
     the earlier ones: one-step drafts, left-to-right commits, or point-mass (greedy) drafts;
     `match` is exact for any drafter; a greedy verifier outputs greedy AR whatever happens.
     """
     if config.schedule in ("ar", "diffusion"):
         return config.schedule == "ar"
-    if config.leniency != 0:
+    if config.leniency != 0 or config.verify_order != "ltr":
         return False
     if config.rule == "match" or config.temperature == 0 or config.drafter_sampling()[0] == 0:
         return True

@@ -13,7 +13,8 @@ On a two-model pair every schedule starts the same way: the verifier prefills th
 the first token is sampled from its last row, so the prefix P_0 = prompt + that token. The
 drafter's cache is filled lazily: verified tokens it has not seen ride along as causal rows
 of its next call. A dual-mode (self) pair runs `linear`, `packed` and `quadratic` as in
-`selfspec` (one network, one cache).
+`selfspec` (one network, one cache); `verify_order: confidence` runs the any-order Packed-SS
+of `anyorder`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
@@ -72,8 +74,13 @@ def check_pair(pair: Pair, config: DecodeConfig) -> None:
     if isinstance(pair, SelfPair):
         if config.schedule in SELF_SCHEDULES:
             check_self(config)
+        if config.verify_order != "ltr" and not pair.profile.any_order:
+            raise ConfigError(f"verify_order: confidence needs a model trained for any-order verification "
+                              f"(profile any_order: true); {pair.name} is left-to-right only")
     elif config.schedule == "quadratic":
         raise ConfigError("schedule: quadratic needs a dual-mode (self) pair; use linear or packed")
+    elif config.verify_order != "ltr":
+        raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
 
 
 def _ar(run: Run, verifier: CachedModel, prompt: list[int]) -> None:
@@ -147,6 +154,8 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
         _ar(run, CachedModel(verifier_model, meter), ids)
     elif config.schedule == "diffusion":
         _diffusion(run, CachedModel(drafter_model, meter), ids, settings)
+    elif isinstance(pair, SelfPair) and config.verify_order != "ltr":
+        anyorder_packed(run, CachedModel(pair.model, meter), ids, settings)
     elif isinstance(pair, SelfPair):
         self_speculative(run, CachedModel(pair.model, meter), ids, settings)
     else:

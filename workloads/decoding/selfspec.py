@@ -51,20 +51,22 @@ def check_self(config: DecodeConfig) -> None:
             f"only (steps 1, no threshold)")
 
 
-def call(model: CachedModel, rows: list[int], regions: list[tuple[int, int]], mask: int,
+def call(model: CachedModel, rows: list[int], regions: list[tuple[int, list[int]]],
          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """One packed call: `rows` causal (kept in the cache), then proposal regions (h, m)
-    (dropped). Returns the verify logits (len(rows), V) and each region's (m + 1, V)."""
+    """One packed call: `rows` causal (kept in the cache), then regions (h, slots): the
+    copy of rows[h] and `slots` (mask tokens, or tokens already placed), dropped afterwards.
+    Returns the logits of the rows (len(rows), V) and of each region (len(slots) + 1, V)."""
     n, v = model.length, len(rows)
     ids, positions = list(rows), [torch.arange(n, n + v)]
-    for h, m in regions:
-        ids += [rows[h]] + [mask] * m
-        positions.append(torch.arange(n + h, n + h + m + 1))
-    logits = model.call(ids, packed_layout(v, [(h, m + 1) for h, m in regions]), torch.cat(positions), keep=v)
+    for h, slots in regions:
+        ids += [rows[h]] + slots
+        positions.append(torch.arange(n + h, n + h + len(slots) + 1))
+    layout = packed_layout(v, [(h, len(slots) + 1) for h, slots in regions])
+    logits = model.call(ids, layout, torch.cat(positions), keep=v)
     out, start = [], v
-    for _, m in regions:
-        out.append(logits[start:start + m + 1])
-        start += m + 1
+    for _, slots in regions:
+        out.append(logits[start:start + len(slots) + 1])
+        start += len(slots) + 1
     return logits[:v], out
 
 
@@ -77,7 +79,7 @@ def _start(run: Run, model: CachedModel, prompt: list[int], settings: DraftSetti
     """Prefill; returns the first token and a full draft of W tokens after it."""
     w = run.config.block - 1
     if run.config.temperature == 0:
-        verify, (region,) = call(model, prompt, [(len(prompt) - 1, w + 1)], settings.mask_token_id)
+        verify, (region,) = call(model, prompt, [(len(prompt) - 1, [settings.mask_token_id] * (w + 1))])
         first = run.sample(verify[-1])
         return first, _proposal(run, region[1:], settings)
     first = run.sample(model.causal(prompt)[-1])
@@ -110,8 +112,8 @@ def _one_call(run: Run, model: CachedModel, prompt: list[int], settings: DraftSe
         checked = Draft(draft.tokens[:room], draft.q[:room], 1)
         n = checked.tokens.shape[0]
         rows = [last] + checked.tokens.tolist() + [mask] * (block - 1 - n)
-        regions = [(h, block) for h in range(block)] if quadratic else [(0, block - 1)]
-        verify, proposed = call(model, rows, regions, mask)
+        regions = [(h, [mask] * block) for h in range(block)] if quadratic else [(0, [mask] * (block - 1))]
+        verify, proposed = call(model, rows, regions)
         emitted = judge(run, verify[: n + 1], checked)
         model.crop(block - len(emitted))  # keep [last, accepted draft tokens]
         last = emitted[-1]

@@ -28,10 +28,13 @@ class DiffusionProfile:
 
     shifted: Dream-style, the row at position i - 1 predicts token i; otherwise (LLaDA,
     Nemotron) a mask row predicts its own position.
+    any_order: the diffusion mode is trained as an any-order verifier (SetDLM-style), so
+    `verify_order: confidence` may use it.
     """
 
     mask_token_id: int
     shifted: bool
+    any_order: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def _profile(field: str, model: PreTrainedModel, tokenizer, override: dict | Non
         raise PairError(f"pair.{field}: no mask token; set profile.mask_token_id in the pair spec")
     if "shift" not in declared:
         raise PairError(f"pair.{field}: say whether logits are shifted (profile.shift: true|false)")
-    return DiffusionProfile(mask_token_id=int(mask), shifted=bool(declared["shift"]))
+    return DiffusionProfile(mask_token_id=int(mask), shifted=bool(declared["shift"]),
+                            any_order=bool(declared.get("any_order", False)))
 
 
 def _check_tokenizers(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> None:

@@ -10,6 +10,7 @@ from scipy.stats import chi2_contingency
 
 from tests.workloads.decoding.stubs import TOK, StubLM, digit_at
 from workloads.decoding import DecodeConfig, decode
+from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter
 from workloads.decoding.config import ConfigError
 from workloads.decoding.engine import _draft_settings
@@ -17,7 +18,7 @@ from workloads.decoding.output import Output
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.verifying import Run
 from workloads.models import load_pair
-from workloads.models.masks import packed
+from workloads.models.masks import additive, packed
 from workloads.models.pair import DiffusionProfile, SelfPair
 from workloads.tasks import get_task
 
@@ -174,3 +175,79 @@ def test_cache_holds_the_verified_prefix_only(uncertain_self, schedule):
         assert ours.keys.shape[-2] == cached.length
         assert torch.allclose(ours.keys[..., :n, :], theirs.keys, atol=1e-5)
         assert torch.allclose(ours.values[..., :n, :], theirs.values, atol=1e-5)
+
+
+# -- any-order (confidence-ordered) Packed-SS, greedy ------------------------------------------
+
+@pytest.fixture(scope="module")
+def any_order_self(toy_self):
+    """toy-self's weights declared as an any-order model (its diffusion mode verifies)."""
+    profile = dataclasses.replace(toy_self.profile, any_order=True)
+    return SelfPair("toy-self-any-order", toy_self.model, toy_self.tokenizer, profile)
+
+
+def serial_reference(pair, prompt: list[int], steps, block: int, end: int) -> list[int]:
+    """Proposition C.1's serial reference, without a cache or packing: at iteration t,
+    positions π_t(1 .. A_t) one at a time, each from its own canvas call over the prompt,
+    the contiguous output and the window holding the tokens accepted so far and the
+    reference tokens of earlier ranks."""
+    mask, width, eos = pair.profile.mask_token_id, block - 1, pair.tokenizer.eos_token_id
+    accepted: dict[int, int] = {}
+    contiguous = 0
+    for step in steps:
+        window = range(contiguous, min(end, contiguous + width))
+        context = prompt + [accepted[j] for j in range(contiguous)]
+        made: dict[int, int] = {}
+        for j in step.order[: step.accepted]:
+            shown = {**accepted, **made}
+            slots = [shown.get(i, mask) for i in window] + [mask] * (width - len(window))
+            ids = context + [context[-1]] + slots
+            positions = list(range(len(context))) + list(range(len(context) - 1, len(context) + width))
+            visible = additive(packed(len(context), [(len(context) - 1, width + 1)])[None])
+            logits = pair.model(input_ids=torch.tensor([ids]), position_ids=torch.tensor([positions]),
+                                attention_mask=visible).logits[0, len(context):].float()
+            logits = logits[:-1] if pair.profile.shifted else logits[1:]
+            logits[:, mask] = float("-inf")
+            made[j] = int(logits[j - contiguous].argmax())
+        accepted.update(made)
+        end = min([end, *(j + 1 for j, t in accepted.items() if t == eos)])
+        accepted = {j: t for j, t in accepted.items() if j < end}
+        while contiguous in accepted:
+            contiguous += 1
+    return [accepted[j] for j in range(end)]
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_any_order_packed_equals_its_serial_reference(any_order_self, block):
+    config = DecodeConfig(schedule="packed", block=block, verify_order="confidence", max_new_tokens=24)
+    out_of_order = 0
+    for example in get_task("arith").examples("test", n=8, seed=3):
+        prompt = TOK(example.prompt).input_ids
+        meter = Meter()
+        run = Run(config, Output(TOK, config.max_new_tokens, ()), torch.Generator(), meter)
+        with torch.inference_mode():
+            steps = anyorder_packed(run, CachedModel(any_order_self.model, meter), prompt,
+                                    _draft_settings(any_order_self, config))
+            expected = serial_reference(any_order_self, prompt, steps, block, config.max_new_tokens)
+        assert run.out.ids == expected
+        out_of_order += sum(s.order != sorted(s.order) for s in steps)
+        assert decode(any_order_self, example.prompt, config).token_ids == expected
+    assert out_of_order > 0  # confidence really reordered verification
+
+
+def test_any_order_with_a_right_verifier_gives_its_tokens():
+    pair = stub_self()
+    pair = SelfPair(pair.name, pair.model, pair.tokenizer, dataclasses.replace(pair.profile, any_order=True))
+    config = DecodeConfig(schedule="packed", block=4, verify_order="confidence", max_new_tokens=9)
+    r = decode(pair, "1", config)
+    assert r.token_ids == [digit_at(p) for p in range(1, 10)] and r.exact is False
+    assert r.accepted > 0
+
+
+def test_any_order_is_refused_where_it_is_not_supported(toy_self):
+    with pytest.raises(ConfigError, match="verify_order: confidence needs a model trained for any-order"):
+        decode(toy_self, "1", DecodeConfig(schedule="packed", verify_order="confidence"))
+    with pytest.raises(ConfigError, match="verify_order: confidence runs greedy lossless packed only"):
+        DecodeConfig(schedule="packed", verify_order="confidence", temperature=1.0)
+    with pytest.raises(ConfigError, match="verify_order: confidence runs greedy lossless packed only"):
+        DecodeConfig(schedule="linear", verify_order="confidence")
