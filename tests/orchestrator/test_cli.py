@@ -42,6 +42,20 @@ def test_decode_json_has_text_ids_and_every_measurement():
     assert record["text"] == "12+34=46#46"
 
 
+def test_decode_self_speculative_schedules_report_their_rows():
+    rows = {}
+    for schedule in ("linear", "packed", "quadratic"):
+        result = run("decode", "--pair", "toy-self", "--prompt", "12+34=", "--schedule", schedule,
+                     "--block", "4", "--json")
+        assert result.exit_code == 0, result.output
+        record = json.loads(result.stdout)
+        assert record["text"] == "12+34=46#46" and record["exact"]
+        rows[schedule] = record["rows"] / record["iterations"]
+    assert rows["quadratic"] > 2 * rows["packed"]
+    result = run("decode", "--pair", "toy-self", "--prompt", "1", "--schedule", "packed", "--steps", "2")
+    assert result.exit_code == 2 and "steps: packed on a dual-mode pair" in result.stderr
+
+
 def test_decode_num_samples_uses_consecutive_seeds():
     result = run("decode", "--pair", "toy", "--prompt", "5", "--temperature", "1", "--max-new-tokens", "4",
                  "--seed", "7", "--num-samples", "3", "--json")
