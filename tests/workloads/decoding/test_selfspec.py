@@ -90,6 +90,19 @@ def test_packed_uses_no_more_nfe_than_linear_on_most_prompts(greedy, block):
     assert per_nfe(packed_runs) > per_nfe(linear_runs)
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_acceptance_rules_run_on_every_schedule(toy_self, schedule):
+    prompt = get_task("arith").examples("test", n=1, seed=4)[0].prompt
+    lenient = DecodeConfig(schedule=schedule, block=4, rule="linear", leniency=1.0, temperature=1.0,
+                           max_new_tokens=24)
+    everything = decode(toy_self, prompt, lenient)
+    assert everything.accepted == everything.drafted > 0 and not everything.exact
+    ar = decode(toy_self, prompt, DecodeConfig(schedule="ar", max_new_tokens=24)).token_ids
+    for rule in ("cactus", "match"):  # δ = 0 and λ = 0: the lossless output, exactly labelled
+        r = decode(toy_self, prompt, DecodeConfig(schedule=schedule, block=4, rule=rule, max_new_tokens=24))
+        assert r.exact and r.token_ids == ar
+
+
 # -- stubs: every draft token right ----------------------------------------------------------
 
 def stub_self() -> SelfPair:
