@@ -1,6 +1,6 @@
 """Sweep plots (PNG): speed–quality frontier for throughput and latency (as the paper's
 Figure 4: every trial hollow, the frontier as a line with points coloured by K or τ,
-baselines marked), hypervolume history, and Linear vs Packed when both schedules ran."""
+baselines marked), hypervolume history, and the schedules side by side when more than one ran."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def history_figure(history: list[float], title: str = ""):
 
 def schedules_figure(trials: list[dict], x: str = "throughput_tps", y: str = "accuracy", title: str = ""):
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for schedule, colour in (("linear", "tab:blue"), ("packed", "tab:orange")):
+    for schedule, colour in (("linear", "tab:blue"), ("packed", "tab:orange"), ("quadratic", "tab:green")):
         pts = [
             t
             for t in trials
@@ -165,8 +165,8 @@ def sweep_plots(spec, study, out: Path) -> list[Path]:
             out / "hypervolume.png",
         )
     )
-    if {t["config"]["schedule"] for t in trials} >= {"linear", "packed"}:
-        paths.append(
-            save(schedules_figure(trials, title=f"{spec.name}: Linear vs Packed"), out / "schedules.png")
-        )
+    ran = [s for s in ("linear", "packed", "quadratic") if s in {t["config"]["schedule"] for t in trials}]
+    if len(ran) > 1:
+        title = f"{spec.name}: {' vs '.join(s.capitalize() for s in ran)}"
+        paths.append(save(schedules_figure(trials, title=title), out / "schedules.png"))
     return paths

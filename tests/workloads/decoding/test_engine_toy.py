@@ -23,15 +23,30 @@ def ar_tokens(pair, prompts):
     return [decode(pair, p, config).token_ids for p in prompts]
 
 
-EFFORTS = [dict(steps=1)] + [dict(steps=k, unmask=u) for k in (2, 4)
-                             for u in ("ltr", "confidence", "margin", "entropy", "random")] + \
-          [dict(threshold=0.7, unmask=u) for u in ("ltr", "confidence", "margin", "entropy", "random")]
+POLICIES = ("ltr", "confidence", "margin", "entropy", "random")
+
+
+def efforts(block: int) -> list[dict]:
+    """K = 1, and two policies each for K = 2, K = 4 (<= B) and τ = 0.7, rotating with B so
+    that across B ∈ {2, 4, 8} every policy runs under K = 2, K = 4 and τ (B = 8 adds a third
+    K = 4 policy, the one B = 2 could not run)."""
+    turn = {2: 0, 4: 2, 8: 4}[block]
+    pick = lambda *offsets: [POLICIES[(turn + o) % len(POLICIES)] for o in offsets]  # noqa: E731
+    out = [dict(steps=1)] + [dict(steps=2, unmask=u) for u in pick(0, 1)]
+    if block >= 4:
+        out += [dict(steps=4, unmask=u) for u in pick(3, 4, *((0,) if block == 8 else ()))]
+    return out + [dict(threshold=0.7, unmask=u) for u in pick(1, 2)]
 
 
 CASES = [(schedule, block, effort) for schedule in ("linear", "packed") for block in (2, 4, 8)
-         for effort in EFFORTS if effort.get("steps", 1) <= block]  # K > B is not a configuration
+         for effort in efforts(block)]
 
 
+def test_the_cases_cover_every_policy_under_every_effort():
+    for schedule in ("linear", "packed"):
+        for kind in ({"steps": 2}, {"steps": 4}, {"threshold": 0.7}):
+            ran = {e["unmask"] for s, _, e in CASES if s == schedule and kind.items() <= e.items()}
+            assert ran == set(POLICIES), (schedule, kind)
 
 
 def case_id(value) -> str:

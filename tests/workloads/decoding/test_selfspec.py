@@ -150,10 +150,16 @@ def joint_counts(pair, config: DecodeConfig) -> Counter:
                    for s in range(SAMPLES))
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
-def test_sampled_joint_matches_ar(uncertain_self, schedule):
+@pytest.fixture(scope="module")
+def ar_joint(uncertain_self):
     ar = joint_counts(uncertain_self, DecodeConfig(schedule="ar", **SAMPLING))
     assert len(ar) >= 15 and max(ar.values()) < SAMPLES / 4, "the model must be uncertain"
+    return ar
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_sampled_joint_matches_ar(uncertain_self, ar_joint, schedule):
+    ar = ar_joint
     config = DecodeConfig(schedule=schedule, block=3, **SAMPLING)
     ours = joint_counts(uncertain_self, config)
     keys = sorted(set(ar) | set(ours))
