@@ -18,10 +18,18 @@ def decode_bench(
     n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
     block: int = typer.Option(8, help="B for the speculative and diffusion configurations."),
     max_new_tokens: int = typer.Option(48),
+    threads: int = typer.Option(
+        1,
+        min=1,
+        help="torch threads; 1 is how sweep workers decode (Ray gives a 1-CPU actor OMP_NUM_THREADS=1).",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Per schedule and K (greedy, lossless): accuracy, tokens per NFE, acceptance rate,
     throughput relative to `ar`, and model / non-model time per iteration."""
+    import torch
+
+    torch.set_num_threads(threads)
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
@@ -83,12 +91,20 @@ def self_bench(
     n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
     blocks: str = typer.Option("4,8,16", help="Block sizes B (comma-separated)."),
     max_new_tokens: int = typer.Option(64),
+    threads: int = typer.Option(
+        1,
+        min=1,
+        help="torch threads; 1 is how sweep workers decode (Ray gives a 1-CPU actor OMP_NUM_THREADS=1).",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Linear-SS, Packed-SS and Quadratic-SS (greedy, lossless) per B: tokens per NFE, time
     per NFE, rows per iteration, throughput relative to Linear-SS at the same B with a 95%
     paired bootstrap interval over prompts, the non-model share of wall time, and how often
     Packed-SS needs no more NFE than Linear-SS on a prompt."""
+    import torch
+
+    torch.set_num_threads(threads)
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
