@@ -34,8 +34,10 @@ def sync(device: torch.device) -> None:
 class CachedModel:
     """A transformers causal LM with its KV cache; `length` tokens are cached."""
 
-    def __init__(self, model: PreTrainedModel, meter: Meter):
+    def __init__(self, model: PreTrainedModel, meter: Meter, prefix_cache: bool = True):
         self.model, self.meter = model, meter
+        self.prefix_cache = prefix_cache  # False: full-attention drafting, nothing cached
+        self.history: list[int] = []  # the verified tokens seen, when nothing is cached
         self.cache = DynamicCache()
         self.length = 0
         self.device = model.device
@@ -84,7 +86,15 @@ class CachedModel:
     def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
         """One drafting call: `pending` verified tokens as causal rows (kept in the cache),
         then rows [last, canvas] that see the cache, the pending rows and each other
-        (dropped afterwards). Returns the logits of the W + 1 block rows (W + 1, V)."""
+        (dropped afterwards). Returns the logits of the W + 1 block rows (W + 1, V). Without a
+        prefix cache (full attention) the whole verified sequence is evaluated with the block,
+        all rows seeing each other, and nothing is kept."""
+        if not self.prefix_cache:  # every row sees every other: recompute the whole sequence
+            self.history += pending
+            n, w = len(self.history), canvas.shape[0]
+            ids = torch.cat([torch.tensor(self.history + [last], dtype=torch.long), canvas.cpu()])
+            visible = torch.ones(n + w + 1, n + w + 1, dtype=torch.bool)
+            return self.call(ids, visible, torch.arange(n + w + 1), keep=0)[n:]
         n, w = len(pending), canvas.shape[0]
         visible = causal(n + w + 1)
         visible[n:, n:] = True

@@ -43,6 +43,8 @@ class DraftSettings:
     top_p: float
     mask_token_id: int
     shifted: bool  # Dream-style: row i predicts slot i (row 0 is the last verified token)
+    vocab: int | None = None  # the verifier's vocabulary: proposals are over its ids
+    forbidden: tuple[int, ...] = ()  # never proposed (ids the verifier does not have, ...)
 
 
 def scores(
@@ -94,9 +96,14 @@ def propose(logits: torch.Tensor, settings: DraftSettings,
     """Proposals from the rows of one drafting region [anchor, m slots]: logits (m + 1, V)
     -> q (m, V) after the drafter's sampling settings, candidates (m,) drawn from q, and the
     untempered float logits (m, V). Shifted models read slot i from row i, others from row
-    i + 1; the mask token is never proposed."""
+    i + 1; V is the verifier's vocabulary; the mask token and forbidden ids are never proposed."""
     logits = (logits[:-1] if settings.shifted else logits[1:]).float()
+    if settings.vocab is not None and logits.shape[-1] != settings.vocab:  # align with the verifier's ids
+        logits = torch.nn.functional.pad(logits, (0, max(0, settings.vocab - logits.shape[-1])),
+                                         value=float("-inf"))[:, : settings.vocab]
     logits[:, settings.mask_token_id] = float("-inf")
+    if settings.forbidden:
+        logits[:, [i for i in settings.forbidden if i < logits.shape[-1]]] = float("-inf")
     proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)
     if settings.temperature == 0:  # one-hot proposals: the draw is their argmax
         return proposal, proposal.argmax(-1), logits

@@ -66,8 +66,10 @@ def _models(pair: Pair):
 
 def _draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
     temperature, top_k, top_p = config.drafter_sampling()
+    verifier = pair.model if isinstance(pair, SelfPair) else pair.verifier
+    vocab = getattr(getattr(verifier, "config", None), "vocab_size", None)  # stub models have no config
     return DraftSettings(config.k, config.threshold, config.unmask, temperature, top_k, top_p,
-                         pair.profile.mask_token_id, pair.profile.shifted)
+                         pair.profile.mask_token_id, pair.profile.shifted, vocab, pair.profile.forbidden)
 
 
 def check_pair(pair: Pair, config: DecodeConfig) -> None:
@@ -153,13 +155,14 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     if config.schedule == "ar":
         _ar(run, CachedModel(verifier_model, meter), ids)
     elif config.schedule == "diffusion":
-        _diffusion(run, CachedModel(drafter_model, meter), ids, settings)
+        _diffusion(run, CachedModel(drafter_model, meter, pair.profile.prefix_cache), ids, settings)
     elif isinstance(pair, SelfPair) and config.verify_order != "ltr":
         anyorder_packed(run, CachedModel(pair.model, meter), ids, settings)
     elif isinstance(pair, SelfPair):
         self_speculative(run, CachedModel(pair.model, meter), ids, settings)
     else:
-        _speculative(run, CachedModel(drafter_model, meter), CachedModel(verifier_model, meter), ids,
+        _speculative(run, CachedModel(drafter_model, meter, pair.profile.prefix_cache),
+                     CachedModel(verifier_model, meter), ids,
                      settings, packed=config.schedule == "packed")
     sync(device)
     wall = time.perf_counter() - start

@@ -1,15 +1,24 @@
 """Model pairs: a drafter + verifier, or one dual-mode network; loaded once per worker.
 
 A pair comes from a bundled name (`toy`, `toy-self`) or a spec of local paths / hub ids:
-`{"drafter": ..., "verifier": ...}` or `{"model": ...}` for a dual-mode network.
+`{"drafter": ..., "verifier": ...}` or `{"model": ...}` for a dual-mode network, with
+optional `profile` (see profiles.py) and loading options for every model of the pair:
+`dtype` (bfloat16 | float16 | float32), `device` (cpu, cuda, cuda:1, ...),
+`attn_implementation` (eager | sdpa | flash_attention_2 ...), `trust_remote_code` (off
+unless the spec asks). A local directory and a hub id go through the same
+`from_pretrained` call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from workloads.models.profiles import DiffusionProfile, ProfileError, resolve
 
 TOY_DIR = Path(__file__).parent / "toy"
 BUNDLED = {
@@ -20,21 +29,6 @@ BUNDLED = {
 
 class PairError(ValueError):
     """A pair spec that cannot be loaded; the message names the offending field."""
-
-
-@dataclass(frozen=True)
-class DiffusionProfile:
-    """How a network drafts in diffusion mode.
-
-    shifted: Dream-style, the row at position i - 1 predicts token i; otherwise (LLaDA,
-    Nemotron) a mask row predicts its own position.
-    any_order: the diffusion mode is trained as an any-order verifier (SetDLM-style), so
-    `verify_order: confidence` may use it.
-    """
-
-    mask_token_id: int
-    shifted: bool
-    any_order: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,33 @@ def _looks_like_path(ref: str) -> bool:
     return ref.startswith(("/", ".", "~")) or Path(ref).exists()
 
 
-def _load(field: str, ref: str):
+OPTIONS = ("dtype", "device", "attn_implementation", "trust_remote_code")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _options(spec: dict) -> dict:
+    """`from_pretrained` keyword arguments from the pair spec's loading options."""
+    kwargs: dict = {"trust_remote_code": bool(spec.get("trust_remote_code", False))}
+    if "dtype" in spec:
+        if spec["dtype"] not in DTYPES:
+            raise PairError(f"pair.dtype: must be one of {', '.join(DTYPES)}; got {spec['dtype']!r}")
+        kwargs["dtype"] = DTYPES[spec["dtype"]]
+    if "attn_implementation" in spec:
+        kwargs["attn_implementation"] = spec["attn_implementation"]
+    return kwargs
+
+
+def _device(spec: dict) -> torch.device:
+    try:
+        device = torch.device(spec.get("device", "cpu"))
+    except RuntimeError:
+        raise PairError(f"pair.device: not a device: {spec.get('device')!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PairError(f"pair.device: {device} requested but this machine has no CUDA device")
+    return device
+
+
+def _load(field: str, ref: str, options: dict | None = None, device: torch.device | None = None):
     """Load (model, tokenizer) from a local directory or a hub id, or raise PairError."""
     if not isinstance(ref, str) or not ref:
         raise PairError(f"pair.{field}: expected a local path or hub id, got {ref!r}")
@@ -70,36 +90,50 @@ def _load(field: str, ref: str):
         if not (path / "config.json").is_file():
             raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
         ref = str(path)
+    options = options or {"trust_remote_code": False}
     try:
-        model = AutoModelForCausalLM.from_pretrained(ref)
-        tokenizer = AutoTokenizer.from_pretrained(ref)
+        model = AutoModelForCausalLM.from_pretrained(ref, **options)
+        tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=options["trust_remote_code"])
     except OSError as err:
         raise PairError(
             f"pair.{field}: cannot load {ref!r} ({type(err).__name__}); offline, download it "
             f"first (huggingface-cli download {ref}) or pass a local path"
         ) from None
+    except ValueError as err:  # e.g. an architecture that needs trust_remote_code
+        raise PairError(f"pair.{field}: cannot load {ref!r}: {str(err).splitlines()[0]}") from None
     model.eval()
+    if device is not None and model.device != device:
+        model.to(device)
     return model, tokenizer
 
 
-def _profile(field: str, model: PreTrainedModel, tokenizer, override: dict | None) -> DiffusionProfile:
-    declared = dict(getattr(model.config, "specsweep", None) or {})
-    declared.update(override or {})
-    mask = declared.get("mask_token_id", tokenizer.mask_token_id)
-    if mask is None:
-        raise PairError(f"pair.{field}: no mask token; set profile.mask_token_id in the pair spec")
-    if "shift" not in declared:
-        raise PairError(f"pair.{field}: say whether logits are shifted (profile.shift: true|false)")
-    return DiffusionProfile(mask_token_id=int(mask), shifted=bool(declared["shift"]),
-                            any_order=bool(declared.get("any_order", False)))
+def _profile(field: str, model: PreTrainedModel, tokenizer, override: dict | None,
+             extra_forbidden: tuple[int, ...] = ()) -> DiffusionProfile:
+    try:
+        profile = resolve(field, dict(getattr(model.config, "specsweep", None) or {}), override, tokenizer)
+    except ProfileError as err:
+        raise PairError(str(err)) from None
+    if extra_forbidden:
+        forbidden = tuple(sorted({*profile.forbidden, *extra_forbidden}))
+        profile = dataclasses.replace(profile, forbidden=forbidden)
+    return profile
 
 
-def _check_tokenizers(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> None:
-    if a.get_vocab() != b.get_vocab():
-        raise PairError("pair: drafter and verifier tokenizers differ in vocabulary; they must match")
-    for name in ("eos_token_id", "pad_token_id"):
-        if getattr(a, name) != getattr(b, name):
-            raise PairError(f"pair: drafter and verifier tokenizers differ in {name}")
+def _check_tokenizers(drafter: PreTrainedTokenizerBase, verifier: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """Refuse a pair whose tokenizers disagree: every verifier token must have the same id
+    in the drafter, and the special tokens must match. Tokens only the drafter has (a mask
+    token added for diffusion, say) are returned: they may never be proposed."""
+    ours, theirs = drafter.get_vocab(), verifier.get_vocab()
+    differ = sorted(t for t, i in theirs.items() if ours.get(t) != i)
+    if differ:
+        raise PairError(f"pair: drafter and verifier tokenizers differ in vocabulary ({len(differ)} verifier "
+                        f"tokens, e.g. {differ[0]!r}, have another id or none in the drafter); they must "
+                        f"match")
+    for name in ("eos_token_id", "bos_token_id", "pad_token_id"):
+        if getattr(drafter, name) != getattr(verifier, name):
+            raise PairError(f"pair: drafter and verifier tokenizers differ in {name} "
+                            f"({getattr(drafter, name)} vs {getattr(verifier, name)})")
+    return tuple(sorted(i for t, i in ours.items() if t not in theirs))
 
 
 def _resolve(spec: str | dict) -> tuple[str, dict]:
@@ -117,7 +151,7 @@ def pair_kind(spec: str | dict) -> str:
     """`self` or `two-model` for a pair spec, checked without loading any weights: local
     paths must be model directories; hub ids are only checked when loaded."""
     _, spec = _resolve(spec)
-    keys = set(spec) - {"name", "profile"}
+    keys = set(spec) - {"name", "profile", *OPTIONS}
     if keys not in ({"model"}, {"drafter", "verifier"}):
         raise PairError(
             f"pair: expected keys {{drafter, verifier}} or {{model}}, got {{{', '.join(sorted(keys))}}}")
@@ -143,16 +177,19 @@ def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
 def load_pair(spec: str | dict) -> Pair:
     """Load a bundled pair by name or a pair spec (see module docstring)."""
     name, spec = _resolve(spec)
-    keys = set(spec) - {"name", "profile"}
+    keys = set(spec) - {"name", "profile", *OPTIONS}
+    options, device = _options(spec), _device(spec)
     if keys == {"model"}:
-        model, tok = _load("model", spec["model"])
+        model, tok = _load("model", spec["model"], options, device)
         return SelfPair(name, model, tok, _profile("model", model, tok, spec.get("profile")))
     if keys == {"drafter", "verifier"}:
-        verifier, vtok = _load("verifier", spec["verifier"])
-        drafter, dtok = _load("drafter", spec["drafter"])
-        _check_tokenizers(dtok, vtok)
+        verifier, vtok = _load("verifier", spec["verifier"], options, device)
+        drafter, dtok = _load("drafter", spec["drafter"], options, device)
+        only_drafter = _check_tokenizers(dtok, vtok)
+        vocab = verifier.get_output_embeddings().weight.shape[0]
+        beyond = tuple(range(vocab, drafter.get_output_embeddings().weight.shape[0]))
         return TwoModelPair(name, drafter, verifier, vtok,
-                            _profile("drafter", drafter, dtok, spec.get("profile")))
+                            _profile("drafter", drafter, dtok, spec.get("profile"), only_drafter + beyond))
     raise PairError(
         f"pair: expected keys {{drafter, verifier}} or {{model}}, got {{{', '.join(sorted(keys))}}}"
     )

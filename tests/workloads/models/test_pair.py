@@ -62,11 +62,19 @@ def test_bad_pair_specs_name_the_field(spec, message):
 
 def test_pair_with_different_tokenizers_is_refused(tmp_path):
     other = build_char_tokenizer()
+    other.add_tokens(["<extra>"])  # a verifier token the drafter does not have
+    spec = {"drafter": tiny_checkpoint(tmp_path / "d", DRAFTER),
+            "verifier": tiny_checkpoint(tmp_path / "v", {}, other)}
+    with pytest.raises(PairError, match="tokenizers differ in vocabulary"):
+        load_pair(spec)
+
+
+def test_drafter_only_tokens_are_never_proposed(tmp_path):
+    other = build_char_tokenizer()
     other.add_tokens(["<extra>"])
     spec = {"drafter": tiny_checkpoint(tmp_path / "d", DRAFTER, other),
             "verifier": tiny_checkpoint(tmp_path / "v", {})}
-    with pytest.raises(PairError, match="tokenizers differ in vocabulary"):
-        load_pair(spec)
+    assert load_pair(spec).profile.forbidden == (other.convert_tokens_to_ids("<extra>"),)
 
 
 def test_drafter_without_shift_declaration_is_refused(tmp_path):
