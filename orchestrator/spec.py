@@ -50,6 +50,11 @@ class PairSpec(_Strict):
     verifier: str | None = None
     model: str | None = None
     profile: dict[str, Any] | None = None
+    # Loading options for every model of the pair (workloads/models/pair.py).
+    dtype: Literal["bfloat16", "float16", "float32"] | None = None
+    device: str | None = None  # cuda in a GPU worker means that worker's GPU
+    attn_implementation: str | None = None
+    trust_remote_code: bool = False
     runtime_env: dict[str, Any] | None = None  # Ray runtime_env of this pair's workers (placement: split)
 
     def load_spec(self) -> str | dict:
@@ -61,7 +66,11 @@ class PairSpec(_Strict):
         }
         if not refs:
             return self.name
-        return {"name": self.name, **refs, **({"profile": self.profile} if self.profile else {})}
+        options = {k: getattr(self, k) for k in ("profile", "dtype", "device", "attn_implementation")
+                   if getattr(self, k) is not None}
+        if self.trust_remote_code:
+            options["trust_remote_code"] = True
+        return {"name": self.name, **refs, **options}
 
 
 class TaskSpec(_Strict):

@@ -1,8 +1,10 @@
 import copy
+from pathlib import Path
 
 import pytest
 
-from orchestrator.spec import SpecError, parse_spec
+from orchestrator.space import grid
+from orchestrator.spec import SpecError, load_spec, parse_spec
 
 BASE = {
     "name": "t",
@@ -67,3 +69,10 @@ def test_bad_specs_name_the_offending_key(path, value, fragment):
         parse_spec(spec_with(path, value))
     message = str(err.value)
     assert fragment in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("path", sorted(Path("sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_sweeps_parse_and_their_grids_fill_the_trials(path):
+    spec = load_spec(path)
+    if spec.search.sampler == "grid":
+        assert len(grid(spec)) == spec.search.trials

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from workloads.models.profiles import DiffusionProfile, ProfileError, resolve
 
@@ -92,7 +98,12 @@ def _load(field: str, ref: str, options: dict | None = None, device: torch.devic
         ref = str(path)
     options = options or {"trust_remote_code": False}
     try:
-        model = AutoModelForCausalLM.from_pretrained(ref, **options)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(ref, **options)
+        except ValueError:  # remote-code diffusion LMs (Dream, LLaDA) register AutoModel only
+            if not options["trust_remote_code"]:
+                raise
+            model = AutoModel.from_pretrained(ref, **options)
         tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=options["trust_remote_code"])
     except OSError as err:
         raise PairError(
