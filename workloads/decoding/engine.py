@@ -6,7 +6,8 @@ Schedules (DESIGN.md):
 * `diffusion`: the drafter alone, block by block (K steps or threshold τ per block).
 * `linear`: draft from the newest prefix, then verify (paper 2610.31819, Algorithm 1).
 * `packed`: one call ahead; the draft verified at iteration t + 1 was computed from the
-  prefix at the start of iteration t, while iteration t verified. Its first A_t slots
+  prefix at the start of iteration t, while iteration t verified (on a GPU the drafter's
+  calls run on a second CUDA stream, overlapping the verifier's). Its first A_t slots
   (the tokens iteration t emitted) are dropped; the rest is the next draft.
 
 On a two-model pair every schedule starts the same way: the verifier prefills the prompt and
@@ -25,12 +26,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from workloads.decoding.anyorder import anyorder_packed
-from workloads.decoding.calls import CachedModel, Meter, sync
+from workloads.decoding.calls import CachedModel, Meter, side_stream, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
 from workloads.decoding.output import Output
 from workloads.decoding.selfspec import SELF_SCHEDULES, check_self, self_speculative
-from workloads.decoding.verifying import Run, verify_step
+from workloads.decoding.verifying import Run, settle, verify_call, verify_step
 from workloads.models.pair import Pair, SelfPair
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
@@ -119,14 +120,17 @@ def _speculative(run: Run, drafter: CachedModel, verifier: CachedModel, prompt: 
         pending = []
     while True:
         room = run.out.remaining - 1  # verification always adds one token
-        fresh = diffusion_draft(drafter, pending, last, block if packed else min(block, room), settings,
-                                run.generator)
+        if packed:  # verification is queued first; on a GPU the drafter runs beside it
+            checked = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
+            logits = verify_call(verifier, last, checked)
+            with side_stream(verifier.device):
+                fresh = diffusion_draft(drafter, pending, last, block, settings, run.generator)
+            emitted = settle(run, verifier, logits, checked)
+        else:
+            fresh = diffusion_draft(drafter, pending, last, min(block, room), settings, run.generator)
+            emitted = verify_step(run, verifier, last, fresh)
         if fresh.steps:  # a drafting call cached the pending tokens
             pending = []
-        if not packed:
-            draft = fresh
-        checked = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
-        emitted = verify_step(run, verifier, last, checked)
         pending += [last] + emitted[:-1]
         last = emitted[-1]
         if run.out.extend(emitted):
@@ -166,9 +170,10 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
                      settings, packed=config.schedule == "packed")
     sync(device)
     wall = time.perf_counter() - start
+    model_s = meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync
     return DecodeResult(
         text=run.out.text(), token_ids=list(run.out.ids), new_tokens=len(run.out.ids), wall_s=wall,
-        model_s=meter.model_s, overhead_s=wall - meter.model_s, nfe=meter.nfe, rows=meter.rows,
+        model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=meter.nfe, rows=meter.rows,
         iterations=run.iterations, accepted=run.accepted, drafted=run.drafted, exact=is_exact(config),
         stop_reason=run.out.stop_reason or "length", accept_lengths=run.accept_lengths,
     )

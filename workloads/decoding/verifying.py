@@ -53,9 +53,20 @@ def judge(run: Run, logits: torch.Tensor, draft: Draft) -> list[int]:
     return draft.tokens[: verdict.accepted].tolist() + [verdict.token]
 
 
-def verify_step(run: Run, verifier: CachedModel, last: int, draft: Draft) -> list[int]:
-    """Verify `draft` after the prefix ending in `last`; returns the emitted tokens."""
-    logits = verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
+def verify_call(verifier: CachedModel, last: int, draft: Draft) -> torch.Tensor:
+    """The verifier's logits (n + 1, V) over [last, draft], appended to its cache (queued
+    only: nothing here waits for the device)."""
+    return verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
+
+
+def settle(run: Run, verifier: CachedModel, logits: torch.Tensor, draft: Draft) -> list[int]:
+    """Judge `draft` on the logits of its verify call and crop the rejected rows from the
+    verifier's cache; returns the emitted tokens."""
     emitted = judge(run, logits, draft)
     verifier.crop(draft.tokens.shape[0] + 1 - len(emitted))
     return emitted
+
+
+def verify_step(run: Run, verifier: CachedModel, last: int, draft: Draft) -> list[int]:
+    """Verify `draft` after the prefix ending in `last`; returns the emitted tokens."""
+    return settle(run, verifier, verify_call(verifier, last, draft), draft)
