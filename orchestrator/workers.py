@@ -79,11 +79,21 @@ class PairWorker:
             score = self.task.judge(example, result.text)
             record.update(index=example.index, correct=score.correct, detail=score.detail)
             records.append(record)
+        _release_device_memory()
         return {
             "records": records,
             "node": ray.get_runtime_context().get_node_id(),
             "gpu": _gpu_name(),
         }
+
+
+def _release_device_memory() -> None:
+    """Return the shard's cached KV blocks and activations to the GPU between trials, so a
+    trial's peak memory does not carry into the next configuration's."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _gpu_name() -> str:
