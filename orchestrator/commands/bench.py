@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -212,6 +213,38 @@ def self_bench(
             "-" if share is None else f"{share:.0%} of prompts",
         )
     Console(width=180).print(table)
+
+
+@app.command("gpu")
+@user_errors
+def gpu_bench(
+    out: Path = typer.Option(Path("gpu-check"), help="Directory for report.md."),
+    device: str = typer.Option("cuda", help="cuda (or cpu, to rehearse the check)."),
+    n: int = typer.Option(50, "--n", min=1, help="arith prompts per check."),
+    samples: int = typer.Option(2000, min=100, help="Samples per sampled-exactness check."),
+    pair: Path = typer.Option(None, help="Also check this pair spec (JSON/YAML: drafter+verifier or model)."),
+) -> None:
+    """Exactness and engine speed on a GPU: writes OUT/report.md and prints it; exit 1 if a
+    check fails. Run it as `infra/gpu-check.sh`."""
+    import torch
+    import yaml
+
+    from orchestrator.gpucheck import run_check
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device: cuda requested but this machine has no CUDA device "
+                         "(--device cpu rehearses the check)")
+    extra = None
+    if pair is not None:
+        if not pair.is_file():
+            raise ValueError(f"--pair: no such file {pair}")
+        extra = yaml.safe_load(pair.read_text())
+    report = run_check(device, n, samples, extra, progress=lambda msg: typer.echo(msg, err=True))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report)
+    typer.echo(report)
+    if "FAILED" in report:
+        raise typer.Exit(1)
 
 
 @app.command("sandbox")
