@@ -195,3 +195,23 @@ def test_bad_loading_options_name_the_field(checkpoints, extra, message):
     spec.setdefault("profile", DRAFTERS["dream"][1])
     with pytest.raises(PairError, match=message.replace("|", r"\|").replace("(", r"\(")):
         load_pair(spec)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_dual_mode_nemotron_profile_reproduces_its_ar_mode(tmp_path, arch):
+    """A shared-weight model with unshifted mask rows (Nemotron-Labs-Diffusion style): every
+    self-speculative schedule's greedy output is the AR mode's."""
+    pair = load_pair(
+        {
+            "model": checkpoint(tmp_path / arch, arch, seed=4),
+            "profile": {"family": "nemotron", "mask_token_id": TOK.mask_token_id},
+        }
+    )
+    assert not pair.profile.shifted and pair.profile.prefix_cache
+    for prompt in PROMPTS:
+        ar = decode(pair, prompt, DecodeConfig(schedule="ar", max_new_tokens=16)).token_ids
+        for schedule in ("linear", "packed", "quadratic"):
+            assert (
+                decode(pair, prompt, DecodeConfig(schedule=schedule, block=4, max_new_tokens=16)).token_ids
+                == ar
+            )
