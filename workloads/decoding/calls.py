@@ -80,9 +80,11 @@ def side_stream(device: torch.device):
 class CachedModel:
     """A transformers causal LM with its KV cache; `length` tokens are cached."""
 
-    def __init__(self, model: PreTrainedModel, meter: Meter, prefix_cache: bool = True):
+    def __init__(self, model: PreTrainedModel, meter: Meter, prefix_cache: bool = True,
+                 own_attention: bool = False):
         self.model, self.meter = model, meter
         self.prefix_cache = prefix_cache  # False: full-attention drafting, nothing cached
+        self.own_attention = own_attention  # without a cache: input ids only (profiles.py)
         self.history: list[int] = []  # the verified tokens seen, when nothing is cached
         self.cache = DynamicCache()
         self.length = 0
@@ -106,7 +108,9 @@ class CachedModel:
         if self.prefix_cache:
             logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
                                 attention_mask=mask, cache=self.cache, use_cache=True).logits[0]
-        else:  # nothing cached: remote-code diffusion LMs need not know the cache argument
+        elif self.own_attention:  # bidirectional over positions 0.. by the model's own code
+            logits = self.model(input_ids=ids).logits[0]
+        else:
             logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
                                 attention_mask=mask).logits[0]
         self.meter.stop(self.device, began)

@@ -154,20 +154,23 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     meter = Meter()
     run = Run(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
     settings = _draft_settings(pair, config)
+
+    def drafter() -> CachedModel:
+        return CachedModel(drafter_model, meter, pair.profile.prefix_cache, pair.profile.own_attention)
+
     sync(device)
     start = time.perf_counter()
     if config.schedule == "ar":
         _ar(run, CachedModel(verifier_model, meter), ids)
     elif config.schedule == "diffusion":
-        _diffusion(run, CachedModel(drafter_model, meter, pair.profile.prefix_cache), ids, settings)
+        _diffusion(run, drafter(), ids, settings)
     elif isinstance(pair, SelfPair) and config.verify_order != "ltr":
         anyorder_packed(run, CachedModel(pair.model, meter), ids, settings)
     elif isinstance(pair, SelfPair):
         self_speculative(run, CachedModel(pair.model, meter), ids, settings)
     else:
-        _speculative(run, CachedModel(drafter_model, meter, pair.profile.prefix_cache),
-                     CachedModel(verifier_model, meter), ids,
-                     settings, packed=config.schedule == "packed")
+        _speculative(run, drafter(), CachedModel(verifier_model, meter), ids, settings,
+                     packed=config.schedule == "packed")
     sync(device)
     wall = time.perf_counter() - start
     model_s = meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync

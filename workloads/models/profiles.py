@@ -20,14 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FAMILIES: dict[str, dict] = {
-    "dream": {"shift": True, "attention": "full", "mask_token": "<|mask|>"},
-    "llada": {"shift": False, "attention": "full", "mask_token_id": 126336},
+    "dream": {"shift": True, "attention": "full", "mask_token": "<|mask|>", "own_attention": True},
+    "llada": {"shift": False, "attention": "full", "mask_token_id": 126336, "own_attention": True},
     "sdar": {"shift": False, "attention": "block", "mask_token": "<|MASK|>"},
     "nemotron": {"shift": False, "attention": "block"},
     "generic": {},
 }
 ATTENTION = ("block", "full")
-KEYS = {"family", "shift", "attention", "mask_token", "mask_token_id", "any_order", "forbidden", "role"}
+KEYS = {"family", "shift", "attention", "mask_token", "mask_token_id", "any_order", "forbidden", "role",
+        "own_attention"}
 
 
 class ProfileError(ValueError):
@@ -43,6 +44,9 @@ class DiffusionProfile:
     sequence per drafting call). any_order: the diffusion mode is trained as an any-order
     verifier (SetDLM-style), so `verify_order: confidence` may use it. forbidden: ids never
     proposed besides the mask token (e.g. ids beyond the verifier's vocabulary).
+    own_attention: under `full` attention, the checkpoint's own code already attends
+    bidirectionally over contiguous positions (Dream, LLaDA remote code), so a drafting call
+    passes input ids only, no mask or position ids, which such code may not accept.
     """
 
     mask_token_id: int
@@ -50,6 +54,7 @@ class DiffusionProfile:
     attention: str = "block"
     any_order: bool = False
     forbidden: tuple[int, ...] = ()
+    own_attention: bool = False
 
     @property
     def prefix_cache(self) -> bool:
@@ -84,4 +89,5 @@ def resolve(field: str, declared: dict, override: dict | None, tokenizer) -> Dif
         raise ProfileError(f"pair.profile.attention: must be block or full; got {attention!r}")
     return DiffusionProfile(mask_token_id=int(mask), shifted=bool(merged["shift"]), attention=attention,
                             any_order=bool(merged.get("any_order", False)),
-                            forbidden=tuple(int(i) for i in merged.get("forbidden", ())))
+                            forbidden=tuple(int(i) for i in merged.get("forbidden", ())),
+                            own_attention=bool(merged.get("own_attention", False)))

@@ -39,9 +39,12 @@ ARCHES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
 }
 # Drafter profiles of the papers' families, on the architecture each is built on.
+# Drafter profiles of the papers' families, on the architecture each is built on. These are
+# transformers' causal classes, so the drafting calls must bring the bidirectional mask
+# themselves (own_attention off; the remote-code Dream/LLaDA models attend bidirectionally).
 DRAFTERS = {
-    "dream": ("qwen2", {"family": "dream", "mask_token_id": TOK.mask_token_id}),  # shifted, full attention
-    "llada": ("llama", {"family": "llada", "mask_token_id": TOK.mask_token_id}),  # unshifted, full
+    "dream": ("qwen2", {"family": "dream", "mask_token_id": TOK.mask_token_id, "own_attention": False}),
+    "llada": ("llama", {"family": "llada", "mask_token_id": TOK.mask_token_id, "own_attention": False}),
     "sdar": ("qwen3", {"family": "sdar", "mask_token_id": TOK.mask_token_id}),  # unshifted, block-causal
 }
 PROMPTS = ["12+34=", "7*8-5=", "90-45+1="]
@@ -215,3 +218,51 @@ def test_dual_mode_nemotron_profile_reproduces_its_ar_mode(tmp_path, arch):
                 decode(pair, prompt, DecodeConfig(schedule=schedule, block=4, max_new_tokens=16)).token_ids
                 == ar
             )
+
+
+class IdsOnly(torch.nn.Module):
+    """A remote-code-style diffusion LM (LLaDA's forward takes no position ids or 4D mask)
+    that attends bidirectionally by itself."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    @property
+    def device(self):
+        return self.inner.device
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def forward(self, input_ids):
+        n = input_ids.shape[1]
+        return self.inner(input_ids=input_ids, attention_mask=torch.zeros(1, 1, n, n))
+
+
+def test_own_attention_drafters_get_input_ids_only(checkpoints):
+    from workloads.models.pair import TwoModelPair
+    from workloads.models.profiles import FAMILIES, resolve
+
+    base = load_pair(
+        {
+            "drafter": checkpoints["drafter-llada"],
+            "verifier": checkpoints["verifier-llama"],
+            "profile": DRAFTERS["llada"][1],
+        }
+    )
+    profile = resolve("drafter", {}, {"family": "llada", "mask_token_id": TOK.mask_token_id}, TOK)
+    assert FAMILIES["llada"]["own_attention"] and profile.own_attention and not profile.prefix_cache
+    pair = TwoModelPair("ids-only", IdsOnly(base.drafter), base.verifier, TOK, profile)
+    for prompt in PROMPTS:
+        ar = decode(pair, prompt, DecodeConfig(schedule="ar", max_new_tokens=16)).token_ids
+        assert (
+            decode(pair, prompt, DecodeConfig(schedule="linear", block=4, max_new_tokens=16)).token_ids == ar
+        )
+        # the same drafts as the full-attention mask path on the unwrapped model
+        plain = decode(pair, prompt, DecodeConfig(schedule="diffusion", block=4, max_new_tokens=16)).token_ids
+        assert (
+            plain
+            == decode(base, prompt, DecodeConfig(schedule="diffusion", block=4, max_new_tokens=16)).token_ids
+        )
