@@ -93,14 +93,15 @@ class CachedModel:
         self._causal: torch.Tensor | None = None
 
     def call(self, ids: list[int] | torch.Tensor, visible: torch.Tensor | None, positions: torch.Tensor,
-              keep: int) -> torch.Tensor:
+             keep: int, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Evaluate rows `ids` at `positions` (visible: (q, q) bool among rows, None =
-        causal); every row sees the whole cache. Keeps the first `keep` rows in the cache.
-        Returns logits (q, V)."""
+        causal; or a ready additive `mask` (1, 1, q, cached + q)); every row sees the whole
+        cache. Keeps the first `keep` rows in the cache. Returns logits (q, V)."""
         ids = torch.as_tensor(ids, device=self.device).view(1, -1)
         q = ids.shape[1]
-        mask = None
-        if visible is not None:
+        if mask is not None:
+            pass
+        elif visible is not None:
             mask = additive(rows_after_cache(self.length, visible)[None], self.dtype).to(self.device)
         elif q > 1:
             mask = self._causal_mask(self.length, q)
@@ -147,11 +148,11 @@ class CachedModel:
             ids = torch.cat([torch.tensor(self.history + [last], dtype=torch.long), canvas.cpu()])
             visible = torch.ones(n + w + 1, n + w + 1, dtype=torch.bool)
             return self.call(ids, visible, torch.arange(n + w + 1), keep=0)[n:]
-        n, w = len(pending), canvas.shape[0]
-        visible = causal(n + w + 1)
-        visible[n:, n:] = True
-        ids = torch.cat([torch.tensor(pending + [last], dtype=torch.long), canvas.cpu()])
-        logits = self.call(ids, visible, torch.arange(self.length, self.length + n + w + 1), keep=n)
+        n, q = len(pending), len(pending) + 1 + canvas.shape[0]
+        mask = self._causal_mask(self.length, q).clone()  # pending rows causal, then
+        mask[..., n:, self.length + n:] = 0  # block rows see each other
+        ids = torch.cat([torch.tensor(pending + [last], device=self.device), canvas])
+        logits = self.call(ids, None, torch.arange(self.length, self.length + q), keep=n, mask=mask)
         return logits[n:]
 
     def crop(self, n: int) -> None:
