@@ -45,7 +45,7 @@ def decode(
     num_samples: int = typer.Option(1, min=1, help="Samples per prompt, seeds seed..seed+N-1."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per decode."),
     schedule: str = typer.Option(None, help="ar | diffusion | linear | packed | quadratic", **OPT),
-    block: int = typer.Option(None, help="B: draft tokens per iteration.", **OPT),
+    block: int = typer.Option(None, help="B: tokens drafted (dual-mode: B-1 drafted).", **OPT),
     steps: int = typer.Option(None, help="K: denoising steps per block.", **OPT),
     threshold: float = typer.Option(None, help="τ: adaptive commit threshold (instead of K).", **OPT),
     unmask: str = typer.Option(None, help="ltr | confidence | margin | entropy | random", **OPT),

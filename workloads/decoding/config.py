@@ -20,7 +20,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class DecodeConfig:
     schedule: str = "linear"
-    block: int = 4  # B: draft tokens per iteration
+    block: int = 4  # B: draft tokens per iteration (dual-mode pairs: rows per region, B - 1 drafted)
     steps: int | None = None  # K denoising steps (default 1 unless threshold is set)
     threshold: float | None = None  # τ: adaptive commit threshold instead of K
     unmask: str = "ltr"
