@@ -15,17 +15,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from orchestrator.metrics import paired_bootstrap
+from orchestrator.comparison import compare_schedules, schedules
 from workloads.decoding import DecodeConfig, decode
-from workloads.decoding.bench import decode_all
 from workloads.models.pair import BUNDLED, SelfPair, load_pair
 from workloads.tasks import get_task
 
 ALPHA = 1e-3
-
-
-def schedules(pair) -> tuple[str, ...]:
-    return ("linear", "packed", "quadratic") if isinstance(pair, SelfPair) else ("linear", "packed")
 
 
 def greedy_exactness(pair, prompts: list[str], blocks: tuple[int, ...], max_new_tokens: int) -> list[dict]:
@@ -77,44 +72,6 @@ def sampled_exactness(pair, samples: int, prompt: str = "7") -> list[dict]:
     return rows
 
 
-def speed(
-    pair,
-    prompts: list[str],
-    blocks: tuple[int, ...],
-    max_new_tokens: int,
-    progress: Callable[[int], None] | None = None,
-) -> list[dict]:
-    configs = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
-    for block in blocks:
-        for schedule in schedules(pair):
-            configs[f"{schedule} B={block}"] = DecodeConfig(
-                schedule=schedule, block=block, max_new_tokens=max_new_tokens
-            )
-    totals = decode_all(pair, prompts, configs, progress=progress)
-
-    def records(label):
-        return [
-            {"index": i, "new_tokens": r.new_tokens, "wall_s": r.wall_s}
-            for i, r in enumerate(totals[label].results)
-        ]
-
-    rows = []
-    for label, t in totals.items():
-        row = {
-            "config": label,
-            "tokens_per_nfe": t.sum("new_tokens") / t.sum("nfe"),
-            "ms_per_nfe": 1000 * t.sum("model_s") / t.sum("nfe"),
-            "overhead_share": t.sum("overhead_s") / t.sum("wall_s"),
-            "vs_ar": t.throughput / totals["ar"].throughput,
-        }
-        block = label.partition(" B=")[2]
-        if block:
-            ci = paired_bootstrap(records(label), records(f"linear B={block}"))
-            row["vs_linear"] = (ci["throughput_ratio"], ci["throughput_ratio_lo"], ci["throughput_ratio_hi"])
-        rows.append(row)
-    return rows
-
-
 def run_check(device: str, n: int, samples: int, extra: dict | None, progress: Callable[[str], None]) -> str:
     """Every check on `device`; returns the Markdown report."""
     import torch
@@ -145,7 +102,7 @@ def run_check(device: str, n: int, samples: int, extra: dict | None, progress: C
             "| config | tokens/NFE | ms/NFE | non-model share | vs ar | vs linear [95% CI] |",
             "|---|---|---|---|---|---|",
         ]
-        for r in speed(pair, prompts, (4, 8, 16) if isinstance(pair, SelfPair) else (4, 8), 48):
+        for r in compare_schedules(pair, prompts, (4, 8, 16) if isinstance(pair, SelfPair) else (4, 8), 48):
             ci = "-" if "vs_linear" not in r else "{:.2f}x [{:.2f}, {:.2f}]".format(*r["vs_linear"])
             lines.append(
                 f"| {r['config']} | {r['tokens_per_nfe']:.2f} | {r['ms_per_nfe']:.2f} | "

@@ -10,6 +10,8 @@ import typer
 from orchestrator.errors import user_errors
 
 app = typer.Typer(help="Benchmarks that print ratios measured in one process.", no_args_is_help=True)
+# Sweep workers decode single-threaded: Ray gives a 1-CPU actor OMP_NUM_THREADS=1.
+THREADS = typer.Option(1, min=1, help="torch threads (1: as sweep workers decode).")
 
 
 @app.command("decode")
@@ -19,11 +21,7 @@ def decode_bench(
     n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
     block: int = typer.Option(8, help="B for the speculative and diffusion configurations."),
     max_new_tokens: int = typer.Option(48),
-    threads: int = typer.Option(
-        1,
-        min=1,
-        help="torch threads; 1 is how sweep workers decode (Ray gives a 1-CPU actor OMP_NUM_THREADS=1).",
-    ),
+    threads: int = THREADS,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Per schedule and K (greedy, lossless): accuracy, tokens per NFE, acceptance rate,
@@ -92,11 +90,7 @@ def self_bench(
     n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
     blocks: str = typer.Option("4,8,16", help="Block sizes B (comma-separated)."),
     max_new_tokens: int = typer.Option(64),
-    threads: int = typer.Option(
-        1,
-        min=1,
-        help="torch threads; 1 is how sweep workers decode (Ray gives a 1-CPU actor OMP_NUM_THREADS=1).",
-    ),
+    threads: int = THREADS,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Linear-SS, Packed-SS and Quadratic-SS (greedy, lossless) per B: tokens per NFE, time
@@ -110,10 +104,8 @@ def self_bench(
     from rich.progress import Progress
     from rich.table import Table
 
-    from orchestrator.metrics import paired_bootstrap
+    from orchestrator.comparison import compare_schedules
     from orchestrator.throughput import parse_numbers
-    from workloads.decoding import DecodeConfig
-    from workloads.decoding.bench import decode_all
     from workloads.models import SelfPair, load_pair
     from workloads.tasks import get_task
 
@@ -128,52 +120,16 @@ def self_bench(
         )
     task = get_task("arith")
     examples = task.examples("test", n=n)
-    configs = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
-    for b in sizes:
-        for schedule in ("linear", "packed", "quadratic"):
-            configs[f"{schedule} B={b}"] = DecodeConfig(
-                schedule=schedule, block=b, max_new_tokens=max_new_tokens
-            )
     with Progress(transient=True, disable=as_json) as progress:
-        bar = progress.add_task(f"{len(configs)} configurations x {n} prompts", total=n)
-        totals = decode_all(
+        bar = progress.add_task(f"{1 + 3 * len(sizes)} configurations x {n} prompts", total=n)
+        rows = compare_schedules(
             loaded,
             [e.prompt for e in examples],
-            configs,
+            sizes,
+            max_new_tokens,
             score=lambda i, text: task.score(examples[i], text),
             progress=lambda done: progress.update(bar, completed=done),
         )
-
-    def records(label: str) -> list[dict]:
-        return [
-            {"index": i, "new_tokens": r.new_tokens, "wall_s": r.wall_s}
-            for i, r in enumerate(totals[label].results)
-        ]
-
-    rows = []
-    for label, t in totals.items():
-        schedule, _, b = label.partition(" B=")
-        row = {
-            "config": label,
-            "accuracy": t.correct / n,
-            "tokens_per_nfe": t.sum("new_tokens") / t.sum("nfe"),
-            "time_per_nfe_ms": 1000 * t.sum("model_s") / t.sum("nfe"),
-            "rows_per_iteration": t.sum("rows") / t.sum("iterations"),
-            "mean_accept_len": t.sum("accepted") / t.sum("iterations"),
-            "overhead_share": t.sum("overhead_s") / t.sum("wall_s"),
-            "speedup_vs_ar": t.throughput / totals["ar"].throughput,
-        }
-        if b:
-            ratio = paired_bootstrap(records(label), records(f"linear B={b}"), resamples=20_000)
-            row.update(
-                vs_linear=ratio["throughput_ratio"],
-                vs_linear_low=ratio["throughput_ratio_lo"],
-                vs_linear_high=ratio["throughput_ratio_hi"],
-            )
-        if schedule == "packed":
-            linear = totals[f"linear B={b}"].results
-            row["packed_nfe_le_linear"] = sum(p.nfe <= q.nfe for p, q in zip(t.results, linear)) / n
-        rows.append(row)
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row))
@@ -194,21 +150,17 @@ def self_bench(
     for col in cols:
         table.add_column(col, justify="left" if col == "config" else "right")
     for r in rows:
-        ci = (
-            f"{r['vs_linear']:.2f}x [{r['vs_linear_low']:.2f}, {r['vs_linear_high']:.2f}]"
-            if "vs_linear" in r
-            else "-"
-        )
+        ci = "{:.2f}x [{:.2f}, {:.2f}]".format(*r["vs_linear"]) if "vs_linear" in r else "-"
         share = r.get("packed_nfe_le_linear")
         table.add_row(
             r["config"],
             f"{r['accuracy']:.2f}",
             f"{r['tokens_per_nfe']:.2f}",
-            f"{r['time_per_nfe_ms']:.2f}",
+            f"{r['ms_per_nfe']:.2f}",
             f"{r['rows_per_iteration']:.1f}",
             f"{r['mean_accept_len']:.2f}",
             ci,
-            f"{r['speedup_vs_ar']:.2f}x",
+            f"{r['vs_ar']:.2f}x",
             f"{r['overhead_share']:.0%}",
             "-" if share is None else f"{share:.0%} of prompts",
         )
