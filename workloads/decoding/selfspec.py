@@ -35,7 +35,7 @@ import torch
 from workloads.decoding.calls import CachedModel
 from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
-from workloads.decoding.verifying import Run, judge
+from workloads.decoding.verifying import Run, judge, verify_step
 from workloads.models.masks import packed as packed_layout
 
 SELF_SCHEDULES = ("linear", "packed", "quadratic")
@@ -93,9 +93,7 @@ def _linear(run: Run, model: CachedModel, prompt: list[int], settings: DraftSett
     while True:
         width = min(run.config.block - 1, run.out.remaining - 1)
         draft = diffusion_draft(model, [], last, width, settings, run.generator)
-        logits = model.causal(torch.cat([torch.tensor([last], device=model.device), draft.tokens]))
-        emitted = judge(run, logits, draft)
-        model.crop(width + 1 - len(emitted))
+        emitted = verify_step(run, model, last, draft)  # the drafting rows left no trace in the cache
         last = emitted[-1]
         if run.out.extend(emitted):
             return
