@@ -14,6 +14,27 @@ app = typer.Typer(help="Benchmarks that print ratios measured in one process.", 
 THREADS = typer.Option(1, min=1, help="torch threads (1: as sweep workers decode).")
 
 
+def _on_arith(n: int, configurations: int, as_json: bool, run) -> list[dict] | None:
+    """Run a benchmark over the first `n` arith test prompts, scored, with a progress bar:
+    `run(prompts, score, progress)` returns its rows. With --json the rows are printed as
+    JSON lines and None is returned; otherwise the rows, for a table."""
+    from rich.progress import Progress
+
+    from workloads.tasks import get_task
+
+    task = get_task("arith")
+    examples = task.examples("test", n=n)
+    with Progress(transient=True, disable=as_json) as progress:
+        bar = progress.add_task(f"{configurations} configurations x {n} prompts", total=n)
+        rows = run([e.prompt for e in examples], lambda i, text: task.score(examples[i], text),
+                   lambda done: progress.update(bar, completed=done))
+    if not as_json:
+        return rows
+    for row in rows:
+        typer.echo(json.dumps(row))
+    return None
+
+
 @app.command("decode")
 @user_errors
 def decode_bench(
@@ -30,29 +51,16 @@ def decode_bench(
 
     torch.set_num_threads(threads)
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from workloads.decoding.bench import default_grid, run_benchmark
     from workloads.models import load_pair
-    from workloads.tasks import get_task
 
-    task = get_task("arith")
-    examples = task.examples("test", n=n)
     loaded = load_pair(pair)
     grid = default_grid(block, max_new_tokens)
-    with Progress(transient=True, disable=as_json) as progress:
-        bar = progress.add_task(f"{len(grid)} configurations x {n} prompts", total=n)
-        rows = run_benchmark(
-            loaded,
-            [e.prompt for e in examples],
-            grid,
-            score=lambda i, text: task.score(examples[i], text),
-            progress=lambda done: progress.update(bar, completed=done),
-        )
-    if as_json:
-        for row in rows:
-            typer.echo(json.dumps(row))
+    rows = _on_arith(n, len(grid), as_json, lambda prompts, score, progress: run_benchmark(
+        loaded, prompts, grid, score=score, progress=progress))
+    if rows is None:
         return
     table = Table(title=f"decode benchmark: pair {pair}, {n} arith prompts, B={block}, greedy lossless")
     for col in (
@@ -101,13 +109,11 @@ def self_bench(
 
     torch.set_num_threads(threads)
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from orchestrator.comparison import compare_schedules
     from orchestrator.throughput import parse_numbers
     from workloads.models import SelfPair, load_pair
-    from workloads.tasks import get_task
 
     try:
         sizes = [int(b) for b in parse_numbers(blocks, "--blocks")]
@@ -118,21 +124,9 @@ def self_bench(
         raise typer.BadParameter(
             f"{pair} is a two-model pair; this benchmark needs a dual-mode one", param_hint="--pair"
         )
-    task = get_task("arith")
-    examples = task.examples("test", n=n)
-    with Progress(transient=True, disable=as_json) as progress:
-        bar = progress.add_task(f"{1 + 3 * len(sizes)} configurations x {n} prompts", total=n)
-        rows = compare_schedules(
-            loaded,
-            [e.prompt for e in examples],
-            sizes,
-            max_new_tokens,
-            score=lambda i, text: task.score(examples[i], text),
-            progress=lambda done: progress.update(bar, completed=done),
-        )
-    if as_json:
-        for row in rows:
-            typer.echo(json.dumps(row))
+    rows = _on_arith(n, 1 + 3 * len(sizes), as_json, lambda prompts, score, progress: compare_schedules(
+        loaded, prompts, sizes, max_new_tokens, score=score, progress=progress))
+    if rows is None:
         return
     table = Table(title=f"self-speculative benchmark: pair {pair}, {n} arith prompts, greedy lossless")
     cols = (
