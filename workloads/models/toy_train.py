@@ -2,15 +2,17 @@
 
 Three small Llama-architecture models (transformers classes, saved as safetensors):
 
-* `verifier`: autoregressive, trained on next-token prediction of prompt + scratchpad.
+* `verifier`: autoregressive (8 layers), trained on next-token prediction of prompt +
+  scratchpad: 4 layers from scratch, then grown to 8 and trained on.
 * `drafter`:  a 2-layer masked-diffusion denoiser initialised from the verifier's
   embeddings and first layers (as Dream was adapted from an AR model), with Dream-style
   shifted logits: row i predicts position i + 1.
-* `self`:     the verifier fine-tuned on both objectives at once (dual mode, as the
-  shared-weight models of paper 2610.33379): causal rows for next-token prediction, block
-  rows for masked diffusion with the same shifted outputs. The attention mask selects the
-  mode. (An unshifted diffusion head, where a mask row predicts its own position, did not
-  adapt from AR weights within the training budget: one-step accuracy stayed near zero.)
+* `self`:     the verifier's first 4 layers (it trains an exit there) fine-tuned on both
+  objectives at once (dual mode, as the shared-weight models of paper 2610.33379): causal
+  rows for next-token prediction, block rows for masked diffusion with the same shifted
+  outputs. The attention mask selects the mode. (An unshifted diffusion head, where a mask
+  row predicts its own position, did not adapt from AR weights within the training budget:
+  one-step accuracy stayed near zero.)
 
 Diffusion training packs, after each clean causal sequence, several noisy blocks. A block
 starting at completion position s holds [x_{s-1}, y_s .. y_{s+W-1}], where y_j is x_j or
@@ -51,8 +53,8 @@ class Stage:
     ar: bool  # next-token loss on the clean rows
     diffusion: str | None  # None, "shifted" (row i predicts i+1) or "unshifted"
     block_rows: int = 96  # noisy block rows packed after each clean sequence
-    exit_layer: int | None = None  # also train an early exit after this many layers (LayerSkip)
-    exit_weight: float = 0.5
+    exits: tuple[int, ...] = ()  # also train early exits after these many layers (LayerSkip)
+    exit_weight: float = 0.5  # per exit
     three_operand_share: float = 0.5  # training mix; the hard cases are the 3-operand ones
     diffusion_weight: float = 1.0
     fully_masked: float = 0.0  # share of short blocks with every slot masked
@@ -178,15 +180,14 @@ def train(
     for step in range(stage.steps):
         seqs = sample_sequences(rng, tok, stage.batch, stage.three_operand_share)
         ids, pos, mask, labels = build_batch(seqs, rng, stage, tok)
+        hidden = bool(stage.exits)
         if stage.diffusion:
-            out = model(input_ids=ids, position_ids=pos, attention_mask=mask,
-                        output_hidden_states=stage.exit_layer is not None)
+            out = model(input_ids=ids, position_ids=pos, attention_mask=mask, output_hidden_states=hidden)
         else:  # plain causal attention
-            out = model(input_ids=ids, output_hidden_states=stage.exit_layer is not None)
+            out = model(input_ids=ids, output_hidden_states=hidden)
         loss = objective(out.logits, labels, stage.diffusion_weight)
-        if stage.exit_layer is not None:
-            hidden = model.model.norm(out.hidden_states[stage.exit_layer])
-            early = model.lm_head(hidden)
+        for layer in stage.exits:
+            early = model.lm_head(model.model.norm(out.hidden_states[layer]))
             loss = loss + stage.exit_weight * objective(early, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -199,11 +200,17 @@ def train(
     model.eval()
 
 
-# Steps are sized for about 13 minutes on 2 CPU cores in all. The verifier also trains an
-# early exit after two layers, so the 2-layer drafter starts from a network that can
-# already do some arithmetic (a truncated network without it cannot).
-VERIFIER = Stage("verifier", steps=2700, lr=3e-3, batch=64, ar=True, diffusion=None,
-                 exit_layer=2, three_operand_share=0.7)
+# Steps are sized for about 14 minutes on 2 CPU cores in all. The verifier trains as 4
+# layers, then grows to 8 and trains on (GROW): a verifier call then costs about 4 drafter
+# layers' worth more than a drafter call, the regime speculation is for (on a CPU most of a
+# call's cost is per-layer Python, so a 4-layer verifier over a 2-layer drafter leaves too
+# little to gain). It trains early exits after 2 and 4 layers, so the 2-layer drafter and
+# the 4-layer dual-mode network start from truncations that can already do arithmetic.
+VERIFIER = Stage("verifier", steps=2100, lr=3e-3, batch=64, ar=True, diffusion=None,
+                 exits=(2,), three_operand_share=0.7)
+GROW = Stage("verifier-8", steps=300, lr=1e-3, batch=64, ar=True, diffusion=None,
+             exits=(2, 4), three_operand_share=0.7)
+VERIFIER_LAYERS = 8
 # Half the drafter's steps use short fully masked blocks (mostly): the one-step drafts that
 # speculation verifies. That lifted the accepted length at B = 4 from about 1 to 2.2.
 DRAFTER = Stage("drafter", steps=400, lr=1e-3, batch=128, ar=True, diffusion="shifted",
@@ -216,6 +223,25 @@ PROFILES = {
     "drafter": {"role": "drafter", "shift": True, "attention": "block"},
     "self": {"role": "dual", "shift": True, "attention": "block"},
 }
+
+
+def grow(model: LlamaForCausalLM, layers: int) -> LlamaForCausalLM:
+    """A deeper copy of `model` computing the same function: new layer i repeats layer
+    i − n (n = current depth) with its attention and MLP output projections zeroed, so it
+    adds nothing to the residual stream until training moves them (function-preserving
+    growth, as in progressive stacking)."""
+    n = model.config.num_hidden_layers
+    deeper = LlamaForCausalLM(model_config(model.config.vocab_size, layers, model.config.specsweep))
+    state = model.state_dict()
+    for i in range(n, layers):
+        prefix, source = f"model.layers.{i}.", f"model.layers.{i - n}."
+        for key, value in list(state.items()):
+            if key.startswith(source):
+                state[prefix + key[len(source):]] = value.clone()
+        state[prefix + "self_attn.o_proj.weight"].zero_()
+        state[prefix + "mlp.down_proj.weight"].zero_()
+    deeper.load_state_dict(state)
+    return deeper
 
 
 def drafter_from(verifier: LlamaForCausalLM, layers: int, profile: dict) -> LlamaForCausalLM:
@@ -241,8 +267,10 @@ def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "
     tok = build_char_tokenizer()
     if "verifier" in stages:
         torch.manual_seed(seed)
-        verifier = LlamaForCausalLM(model_config(len(tok), 4, PROFILES["verifier"]))
-        train(verifier, VERIFIER, tok, seed, log)
+        base = LlamaForCausalLM(model_config(len(tok), 4, PROFILES["verifier"]))
+        train(base, VERIFIER, tok, seed, log)
+        verifier = grow(base, VERIFIER_LAYERS)
+        train(verifier, GROW, tok, seed, log)
         save(verifier, tok, out / "verifier")
     else:
         verifier = LlamaForCausalLM.from_pretrained(out / "verifier")

@@ -10,6 +10,7 @@ from workloads.models.toy_train import (
     Stage,
     build_batch,
     drafter_from,
+    grow,
     model_config,
     sample_sequences,
     train,
@@ -77,3 +78,17 @@ def test_drafter_is_a_shallower_copy_of_the_verifier():
     up = lambda m: m.model.layers[1].mlp.up_proj.weight  # noqa: E731
     assert torch.equal(up(drafter), up(verifier))
     assert drafter.config.specsweep == {"shift": True}
+
+
+def test_growing_the_verifier_keeps_its_function_and_trains_every_new_layer():
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(model_config(len(TOK), 2, {"role": "verifier"}))
+    deeper = grow(base, 4)
+    ids = torch.randint(3, 90, (2, 12))
+    assert deeper.config.num_hidden_layers == 4
+    assert torch.allclose(base(ids).logits, deeper(ids).logits, atol=1e-6)
+    assert torch.equal(deeper.model.layers[3].mlp.up_proj.weight, base.model.layers[1].mlp.up_proj.weight)
+    train(deeper, Stage("g", steps=2, lr=1e-3, batch=4, ar=True, diffusion=None, exits=(1, 2)),
+          TOK, seed=0, log=lambda _: None)
+    for layer in deeper.model.layers[2:]:  # zeroed output projections move once trained
+        assert layer.self_attn.o_proj.weight.abs().sum() > 0 and layer.mlp.down_proj.weight.abs().sum() > 0
