@@ -37,7 +37,7 @@ def train(
     seed: int = typer.Option(0, help="Training seed (data order and initialisation)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure quality afterwards."),
 ) -> None:
-    """Train the three toy models from scratch (about 14 minutes on 2 CPU cores)."""
+    """Train the three toy models from scratch (about 13 minutes on 2 CPU cores)."""
     from workloads.models.toy_train import train_all
 
     start = time.perf_counter()

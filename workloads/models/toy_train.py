@@ -200,7 +200,7 @@ def train(
     model.eval()
 
 
-# Steps are sized for about 14 minutes on 2 CPU cores in all. The verifier trains as 4
+# Steps are sized for about 13 minutes on 2 CPU cores in all. The verifier trains as 4
 # layers, then grows to 8 and trains on (GROW): a verifier call then costs about 4 drafter
 # layers' worth more than a drafter call, the regime speculation is for (on a CPU most of a
 # call's cost is per-layer Python, so a 4-layer verifier over a 2-layer drafter leaves too
