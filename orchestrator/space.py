@@ -5,9 +5,11 @@ values)` for each one that applies: the pair (when several), schedule and block 
 only, and B >= 2, on dual-mode pairs; `|self` / `|two-model` names when a list is cut), the
 effort kind (steps or threshold, when both are given; none for packed/quadratic on dual-mode
 pairs, which draft inside the verify call in one step), K (only values <= B, under a per-B
-name), τ, unmasking policy, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule
-cactus), then the sampling settings. Optuna trials answer through suggest_categorical; the
-grid enumerates every path of the same procedure, so both see the same space.
+name), τ, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule cactus),
+then the sampling settings and the unmasking policy (not chosen for one-step drafts, which
+commit every slot at once: the first listed policy is kept). Optuna trials answer through
+suggest_categorical; the grid enumerates every path of the same procedure, so both see the
+same space.
 """
 
 from __future__ import annotations
@@ -66,8 +68,11 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
         settings["leniency"] = pick("leniency")
     elif rule == "cactus" and "delta" in dims:
         settings["leniency"] = pick("delta")
+    one_step = "threshold" not in settings and settings.get("steps", 1) == 1
     for key in SAMPLING:
-        if key in dims:
+        if key == "unmask" and one_step and key in dims:
+            settings[key] = dims[key][0]  # one step commits every slot: the order changes nothing
+        elif key in dims:
             settings[key] = pick(key)
     return Candidate(pair, DecodeConfig(**settings))
 

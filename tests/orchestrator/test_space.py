@@ -71,3 +71,16 @@ def test_optuna_trials_walk_the_same_space():
         assert tuple(sorted(trial.params.items())) in keys
         assert candidate.config.steps <= candidate.config.block
         study.tell(trial, 0.0)
+
+
+def test_the_unmasking_policy_is_chosen_only_where_it_changes_the_draft():
+    s = spec({"block": [4], "steps": [1, 2], "threshold": [0.5], "unmask": ["confidence", "ltr"]},
+             pairs=("toy", "toy-self"))
+    configs = [choose_config(s, lambda name, values, p=p: p[name]) for p in grid(s)]
+    by_pair = {}
+    for c in configs:
+        by_pair.setdefault(c.pair, set()).add((c.config.k, c.config.threshold, c.config.unmask))
+    # K = 1 keeps the first listed policy; K = 2 and τ = 0.5 try both
+    assert by_pair["toy"] == {(1, None, "confidence"), (2, None, "confidence"), (2, None, "ltr"),
+                              (None, 0.5, "confidence"), (None, 0.5, "ltr")}
+    assert len(configs) == len({(c.pair, c.config) for c in configs})
