@@ -201,11 +201,11 @@ def train(
 
 
 # Steps are sized for about 13 minutes on 2 CPU cores in all. The verifier trains as 4
-# layers, then grows to 8 and trains on (GROW): a verifier call then costs about 4 drafter
-# layers' worth more than a drafter call, the regime speculation is for (on a CPU most of a
-# call's cost is per-layer Python, so a 4-layer verifier over a 2-layer drafter leaves too
-# little to gain). It trains early exits after 2 and 4 layers, so the 2-layer drafter and
-# the 4-layer dual-mode network start from truncations that can already do arithmetic.
+# layers, then grows to 8 and trains on (GROW): a verifier call then costs about 3.5
+# drafting calls, the regime speculation is for (on a CPU most of a call's cost is Python
+# per layer, so a 4-layer verifier over a 2-layer drafter left too little to gain). It
+# trains early exits after 2 and 4 layers, so the 2-layer drafter and the 4-layer dual-mode
+# network start from truncations that can already do arithmetic.
 VERIFIER = Stage("verifier", steps=2100, lr=3e-3, batch=64, ar=True, diffusion=None,
                  exits=(2,), three_operand_share=0.7)
 GROW = Stage("verifier-8", steps=300, lr=1e-3, batch=64, ar=True, diffusion=None,
