@@ -25,10 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from workloads.decoding.calls import CachedModel
-from workloads.decoding.drafting import DraftSettings
+from workloads.decoding.drafting import DraftSettings, slot_logits
 from workloads.decoding.selfspec import call
 from workloads.decoding.verifying import Run
 
@@ -45,13 +43,6 @@ def confidence_order(unresolved: list[int], drafts: dict[int, tuple[int, float]]
     """π over `unresolved`: drafted positions by decreasing score, then the rest, ties and
     the rest in textual order."""
     return sorted(unresolved, key=lambda j: (j not in drafts, -drafts[j][1] if j in drafts else 0.0, j))
-
-
-def canvas_rows(logits: torch.Tensor, settings: DraftSettings) -> torch.Tensor:
-    """Canvas logits (W + 1, V) -> (W, V) predictions per slot, mask token excluded."""
-    logits = (logits[:-1] if settings.shifted else logits[1:]).float()
-    logits[:, settings.mask_token_id] = float("-inf")
-    return logits
 
 
 def anyorder_packed(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> list[Step]:
@@ -74,7 +65,7 @@ def anyorder_packed(run: Run, model: CachedModel, prompt: list[int], settings: D
             canvases.append((len(pending) - 1, slots))
         _, regions = call(model, pending, canvases)
         model.crop(1)  # `last` stays out of the cache
-        predictions = [canvas_rows(region, settings) for region in regions]
+        predictions = [slot_logits(region, settings) for region in regions]
         votes = [int(predictions[r][order[r] - contiguous].argmax()) for r in range(len(canvases))]
         h = next((r for r in range(kappa) if drafts[order[r]][0] != votes[r]), kappa)
         a = min(h + 1, len(order))

@@ -91,17 +91,25 @@ def commit_mask(settings: DraftSettings, masked: torch.Tensor, priority: torch.T
     return sure
 
 
+def slot_logits(logits: torch.Tensor, settings: DraftSettings) -> torch.Tensor:
+    """The rows of one region [anchor, m slots], logits (m + 1, V), as float logits per slot
+    (m, V) with the mask token excluded: shifted models read slot i from row i, others from
+    row i + 1."""
+    logits = (logits[:-1] if settings.shifted else logits[1:]).float()
+    logits[:, settings.mask_token_id] = float("-inf")
+    return logits
+
+
 def propose(logits: torch.Tensor, settings: DraftSettings,
             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Proposals from the rows of one drafting region [anchor, m slots]: logits (m + 1, V)
     -> q (m, V) after the drafter's sampling settings, candidates (m,) drawn from q, and the
-    untempered float logits (m, V). Shifted models read slot i from row i, others from row
-    i + 1; V is the verifier's vocabulary; the mask token and forbidden ids are never proposed."""
-    logits = (logits[:-1] if settings.shifted else logits[1:]).float()
+    untempered float logits (m, V) (`slot_logits`). V is the verifier's vocabulary; the mask
+    token and forbidden ids are never proposed."""
+    logits = slot_logits(logits, settings)
     if settings.vocab is not None and logits.shape[-1] != settings.vocab:  # align with the verifier's ids
         logits = torch.nn.functional.pad(logits, (0, max(0, settings.vocab - logits.shape[-1])),
                                          value=float("-inf"))[:, : settings.vocab]
-    logits[:, settings.mask_token_id] = float("-inf")
     if settings.forbidden:
         logits[:, [i for i in settings.forbidden if i < logits.shape[-1]]] = float("-inf")
     proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)

@@ -177,10 +177,10 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()
     t0 = time.perf_counter()
+    hidden = bool(stage.exits)  # exits read the intermediate hidden states
     for step in range(stage.steps):
         seqs = sample_sequences(rng, tok, stage.batch, stage.three_operand_share)
         ids, pos, mask, labels = build_batch(seqs, rng, stage, tok)
-        hidden = bool(stage.exits)
         if stage.diffusion:
             out = model(input_ids=ids, position_ids=pos, attention_mask=mask, output_hidden_states=hidden)
         else:  # plain causal attention
