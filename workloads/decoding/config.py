@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads.decoding.acceptance import RULES
+from workloads.decoding.sampling import point_mass
 
 SCHEDULES = ("ar", "diffusion", "linear", "packed", "quadratic")
 UNMASK = ("ltr", "confidence", "margin", "entropy", "random")
@@ -132,16 +133,23 @@ class DecodeConfig:
 def is_exact(config: DecodeConfig) -> bool:
     """Whether `config` provably reproduces the verifier's output distribution (joint).
 
-    Lenient rules never do; `ar` always does and drafter-only `diffusion` never does; neither
-    does any-order verification (its verifier is the diffusion mode, not the AR mode). Else
-    rejection sampling with stored proposals is exact when each draft token was drawn given
-    the earlier ones: one-step drafts, left-to-right commits, or point-mass (greedy) drafts;
-    `match` is exact for any drafter; a greedy verifier outputs greedy AR whatever happens.
+    `ar` always does and drafter-only `diffusion` never does; neither does any-order
+    verification (its verifier is the diffusion mode, not the AR mode). Lenient rules do not,
+    except Cactus under a point-mass (greedy) verifier: there π = p(y) is 0 or 1, so γ = π
+    and the target is p itself. Else rejection sampling with stored proposals is exact when
+    each draft token was drawn from its stored q given the earlier ones: one-step drafts,
+    left-to-right commits (K steps or τ, decided from the slots' distributions only), or
+    point-mass drafts (temperature 0 or top-k 1, a deterministic draft); `match` is exact
+    for any drafter; a point-mass verifier outputs greedy AR whatever happens.
     """
     if config.schedule in ("ar", "diffusion"):
         return config.schedule == "ar"
-    if config.leniency != 0 or config.verify_order != "ltr":
+    if config.verify_order != "ltr":
         return False
-    if config.rule == "match" or config.temperature == 0 or config.drafter_sampling()[0] == 0:
+    greedy_verifier = point_mass(config.temperature, config.top_k)
+    if config.leniency != 0:
+        return config.rule == "cactus" and greedy_verifier
+    temperature, top_k, _ = config.drafter_sampling()
+    if config.rule == "match" or greedy_verifier or point_mass(temperature, top_k):
         return True
     return config.unmask == "ltr" or config.k == 1

@@ -5,14 +5,18 @@ logits of the masked slots into proposal distributions q (temperature, top-k, to
 a candidate for every masked slot, and commits some of them:
 
 * fixed K steps: ceil(remaining / steps left) slots per step;
-* threshold τ: every slot whose confidence reaches τ (at least one per step); under `ltr`
-  only the longest run of such slots starting at the leftmost masked slot.
+* threshold τ: every slot whose top probability reaches τ (at least one per step); under
+  `ltr` only the longest run of such slots starting at the leftmost masked slot.
 
 Which slots go first is the unmasking policy: `ltr` (leftmost), `confidence` (probability
 of the candidate), `margin` (top-1 minus top-2 probability), `entropy` (lowest first) or
 `random`. Scores use the model's untempered distribution, so greedy drafting still ranks.
 Each committed token keeps the q it was drawn from: that is the proposal rejection
-sampling needs (exact only when the commit order is left to right, or one step; DESIGN.md).
+sampling needs. It is exact only if, given the earlier draft tokens, each token was drawn
+from its stored q (DESIGN.md): one step, or left-to-right commits decided without looking
+at the drawn tokens. So τ is judged on a slot's top probability, never on the probability
+of the token drawn there: keeping a draw only when it is likely would skew the kept
+tokens towards likely ones (at temperature 0 the two are the same, the draw is the argmax).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 
 from workloads.decoding.acceptance import draw
 from workloads.decoding.calls import CachedModel
-from workloads.decoding.sampling import distribution
+from workloads.decoding.sampling import distribution, point_mass
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,9 @@ def scores(
 
 
 def commit_mask(settings: DraftSettings, masked: torch.Tensor, priority: torch.Tensor,
-                confidence: torch.Tensor, step: int) -> torch.Tensor:
-    """Which masked slots (W,) bool to commit at this step."""
+                top: torch.Tensor, step: int) -> torch.Tensor:
+    """Which masked slots (W,) bool to commit at this step; top: (W,) each slot's top
+    probability, the threshold rule's confidence."""
     remaining = int(masked.sum())
     priority = torch.where(masked, priority, torch.tensor(float("-inf"), device=priority.device))
     if settings.threshold is None:
@@ -79,7 +84,7 @@ def commit_mask(settings: DraftSettings, masked: torch.Tensor, priority: torch.T
         chosen = torch.zeros_like(masked)
         chosen[priority.topk(count).indices] = True
         return chosen
-    sure = masked & (confidence >= settings.threshold)
+    sure = masked & (top >= settings.threshold)
     if settings.unmask == "ltr":
         first = int(masked.long().argmax())
         run = sure[first:].long().cumprod(0).bool()
@@ -113,7 +118,7 @@ def propose(logits: torch.Tensor, settings: DraftSettings,
     if settings.forbidden:
         logits[:, [i for i in settings.forbidden if i < logits.shape[-1]]] = float("-inf")
     proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)
-    if settings.temperature == 0:  # one-hot proposals: the draw is their argmax
+    if point_mass(settings.temperature, settings.top_k):  # one-hot proposals: the draw is their argmax
         return proposal, proposal.argmax(-1), logits
     return proposal, draw(proposal, torch.empty_like(proposal).exponential_(generator=generator)), logits
 
@@ -135,9 +140,8 @@ def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: 
             chosen = masked  # the last of K steps commits every slot still masked
         else:
             probs = logits.softmax(-1)
-            confidence = probs.gather(1, candidates[:, None]).squeeze(1)
             chosen = commit_mask(settings, masked, scores(settings.unmask, probs, candidates, generator),
-                                 confidence, step)
+                                 probs.amax(-1), step)
         tokens = torch.where(chosen, candidates, tokens)
         q = proposal if step == 0 else torch.where(chosen[:, None], proposal, q)
         step += 1

@@ -5,16 +5,22 @@ from __future__ import annotations
 import torch
 
 
+def point_mass(temperature: float, top_k: int) -> bool:
+    """Whether sampling settings put all mass on the argmax: temperature 0 or top-k 1."""
+    return temperature == 0 or top_k == 1
+
+
 def distribution(
     logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
 ) -> torch.Tensor:
     """Shape logits (..., V) into probabilities (..., V), float32.
 
-    temperature 0 is greedy: one-hot on the argmax. Otherwise softmax(logits / T), keeping
+    temperature 0 and top-k 1 are greedy: one-hot on the argmax (ties to the lowest id, so
+    top-k 1 is a point mass even on tied logits). Otherwise softmax(logits / T), keeping
     the top_k largest (0 = all) and the smallest set whose mass reaches top_p, renormalised.
     """
     logits = logits.float()
-    if temperature == 0:
+    if point_mass(temperature, top_k):
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / temperature
     if top_k and top_k < logits.shape[-1]:

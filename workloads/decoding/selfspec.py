@@ -35,6 +35,7 @@ import torch
 from workloads.decoding.calls import CachedModel
 from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
+from workloads.decoding.sampling import point_mass
 from workloads.decoding.verifying import Run, judge, verify_step
 from workloads.models.masks import packed as packed_layout
 
@@ -78,7 +79,7 @@ def _proposal(run: Run, logits: torch.Tensor, settings: DraftSettings) -> Draft:
 def _start(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> tuple[int, Draft]:
     """Prefill; returns the first token and a full draft of W tokens after it."""
     w = run.config.block - 1
-    if run.config.temperature == 0:
+    if point_mass(run.config.temperature, run.config.top_k):
         verify, (region,) = call(model, prompt, [(len(prompt) - 1, [settings.mask_token_id] * (w + 1))])
         first = run.sample(verify[-1])
         return first, _proposal(run, region[1:], settings)

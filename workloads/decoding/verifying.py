@@ -11,7 +11,7 @@ from workloads.decoding.calls import CachedModel, Meter
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.drafting import Draft
 from workloads.decoding.output import Output
-from workloads.decoding.sampling import distribution
+from workloads.decoding.sampling import distribution, point_mass
 
 
 @dataclass
@@ -39,7 +39,7 @@ def judge(run: Run, logits: torch.Tensor, draft: Draft) -> list[int]:
     draft]; counts the iteration and returns the emitted tokens (accepted + recovered/bonus)."""
     c = run.config
     n = draft.tokens.shape[0]
-    if c.temperature == 0 and c.rule == "lossless":
+    if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
         verdict = greedy_verify(logits, draft.tokens)
     else:
         p = distribution(logits, c.temperature, c.top_k, c.top_p)  # (n + 1, V)
