@@ -30,7 +30,13 @@ import optuna
 import ray
 import yaml
 
-from orchestrator.metrics import paired_bootstrap, pareto_front, trial_metrics
+from orchestrator.metrics import (
+    control_speed,
+    controlled_ratios,
+    paired_bootstrap,
+    pareto_front,
+    trial_metrics,
+)
 from orchestrator.space import Candidate, choose_config, grid, params_key
 from orchestrator.spec import SpecError, SweepSpec, constraint_terms
 from orchestrator.tracking import Tracker, TrialLog, default_uri
@@ -252,6 +258,9 @@ class Driver:
             self.spec.cluster.resource, specs, self.spec.task.name, self.spec.search.seed)
         ray.get([w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)])
         self.worker_info = ray.get([w.info.remote() for w in self.workers])
+        kinds = [json.loads(k) for k in sorted({json.dumps(i["hardware"], sort_keys=True)
+                                                for i in self.worker_info})]
+        self.study.set_user_attr("hardware", kinds)
         self.load = dict.fromkeys(range(len(self.workers)), 0)
         gpus = sorted({info["gpu"] for info in self.worker_info})
         self.tracker.tag_sweep(self.parent_run, "specsweep.gpus", ",".join(gpus))
@@ -267,10 +276,12 @@ class Driver:
         indices = [e.index for e in self.examples]
         size = math.ceil(len(indices) / count)
         config = candidate.config.to_dict()
-        shards = [
-            Shard(trial.number if trial else -1, candidate.pair, config, tuple(indices[i : i + size]))
-            for i in range(0, len(indices), size)
-        ]
+        # a trial's shards time `ar` beside it, so its speed ratio compares like with like
+        timed_ar = trial is not None and "ar" in self.spec.baselines
+        control = baseline_config(self.spec, "ar").to_dict() if timed_ar else None
+        number = trial.number if trial else -1
+        shards = [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control)
+                  for i in range(0, len(indices), size)]
         job = Job(key, label, candidate, shards, trial)
         self.jobs[key] = job
         for i, shard in enumerate(shards):
@@ -283,7 +294,8 @@ class Driver:
 
     def _cache_path(self, shard: Shard) -> Path:
         key = json.dumps(
-            [shard.pair, shard.config, shard.indices, self.spec.task.model_dump()], sort_keys=True
+            [shard.pair, shard.config, shard.indices, self.spec.task.model_dump()]
+            + ([shard.control] if shard.control else []), sort_keys=True
         )
         return self.dir / "shards" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
@@ -463,6 +475,15 @@ class Driver:
             ar = self.baselines.get(job.candidate.pair, {}).get("ar")
             if ar:
                 metrics.update(paired_bootstrap(records, ar, seed=self.spec.search.seed))
+                by_shard = [(out["records"], out.get("controls", [])) for out in job.results.values()]
+                metrics.update(controlled_ratios(by_shard, ar, seed=self.spec.search.seed))
+            controls = [c for out in job.results.values() for c in out.get("controls", [])]
+            if controls:
+                first = min(c["at"] for c in controls)
+                trial.set_user_attr("control", {"at": first, "decodes": len(controls),
+                                                "ms_per_token": control_speed(controls)})
+            metrics["control_decodes"] = len(controls)
+            metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in job.results.values())
             missing = [m for m in self.spec.objectives if m not in metrics]
             if missing:
                 job.error = f"objective {missing[0]} is undefined for this trial"
@@ -544,10 +565,20 @@ class Driver:
         """Plots on the parent run, which then ends FINISHED (inside the interrupt guard, so
         a Ctrl-C here still leaves nothing RUNNING)."""
         from orchestrator.plots import sweep_plots
+        from orchestrator.timing import timing_report
 
         self._send_logs()
         for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
             self.tracker.attach(self.parent_run, path, "plots")
+        report = timing_report(self.study)
+        (self.dir / "timing.json").write_text(json.dumps(report, indent=1))
+        self.tracker.attach(self.parent_run, self.dir / "timing.json", "")
+        self.tracker.log_sweep_metrics(self.parent_run, {
+            f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
+            for name in ("drift", "baseline_vs_controls") if name in d})
+        flagged = sorted(t for d in report["drift"].values() for t in d["outliers"])
+        if flagged:
+            self.tracker.tag_sweep(self.parent_run, "specsweep.timing_flagged", ",".join(map(str, flagged)))
         self.tracker.end_sweep(self.parent_run, "FINISHED")
 
     def _requeue_interrupted(self) -> None:

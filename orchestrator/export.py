@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.timing import timing_report
+
 _WHERE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
 
 
@@ -131,6 +133,7 @@ def export_configs(
     chosen = pick(kept, how)
     if not chosen:
         return []
+    timing = timing_report(study)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for row in chosen:
@@ -146,12 +149,18 @@ def export_configs(
                 "mlflow_run_id": row["run_id"],
                 "task": spec.task.model_dump(),
                 "code_version": code_version(),
-                "hardware": f"{platform.machine()} {platform.processor() or ''}".strip(),
+                "hardware": study.user_attrs.get("hardware") or [{"cpu": platform.machine()}],
+                "timing": timing["drift"].get(row["pair"], {}),
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             },
         }
+        notes = []
         if not row["exact"]:
-            document["note"] = "lossy: this configuration does not reproduce the verifier's distribution"
+            notes.append("lossy: this configuration does not reproduce the verifier's distribution")
+        if row.get("timing_flagged"):
+            notes.append("timing flagged: its ar controls ran far from the sweep's typical speed")
+        if notes:
+            document["note"] = "; ".join(notes)
         path = out / f"trial{row['trial']}.yaml"
         path.write_text(yaml.safe_dump(document, sort_keys=False))
         written.append(path)

@@ -82,6 +82,84 @@ def paired_bootstrap(trial: list[dict], baseline: list[dict], resamples: int = 2
     return result
 
 
+def controlled_ratios(shards: list[tuple[list[dict], list[dict]]], baseline: list[dict],
+                      resamples: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Speed ratios against `ar` timed under the trial's own conditions.
+
+    Shard s decoded trial records R_s and, beside them on the same worker, `ar` controls C_s
+    on some of its prompts. The ratios compare the trial with its controls only, never with
+    the full baseline, which ran earlier under conditions (load, warm-up, drift) the trial
+    did not share; pooled over shards:
+
+        throughput_ratio = (Σ_R new_tokens / Σ_R wall) / (Σ_C new_tokens / Σ_C wall)
+        latency_ratio    = (Σ_R wall / |R|) / (Σ_C wall / |C|)
+        baseline_slowdown = (Σ_C wall_base / Σ_C new_tokens_base) / (Σ_C wall / Σ_C new_tokens)
+
+    the last on the control prompts only (> 1: the full baseline ran slower than the
+    controls). 95% percentile intervals by a two-level bootstrap: shards resampled, then
+    prompts and controls within each shard, so between-shard variation is inside them.
+    shards: (records, controls) per shard, each row with `index`, `new_tokens`, `wall_s`;
+    baseline: the full baseline's records. {} when no shard has a control.
+    """
+    base = {r["index"]: r for r in baseline}
+    shards = [(rs, cs) for rs, cs in shards if rs and cs and all(c["index"] in base for c in cs)]
+    if not shards:
+        return {}
+    rng = np.random.default_rng(seed)
+
+    def sums(rows: list[dict], columns) -> np.ndarray:  # -> (resamples + 1, columns + 1), last: count
+        values = np.array([[get(r) for r in rows] for get in columns] + [[1.0] * len(rows)], dtype=float)
+        n = len(rows)
+        draws = np.vstack([np.arange(n)[None], rng.integers(0, n, size=(resamples, n))])
+        return values[:, draws].sum(axis=2).T
+
+    trial_columns = (lambda r: r["new_tokens"], lambda r: r["wall_s"])
+    control_columns = (lambda c: c["new_tokens"], lambda c: c["wall_s"],
+                       lambda c: base[c["index"]]["new_tokens"], lambda c: base[c["index"]]["wall_s"])
+    stats = np.stack([np.hstack([sums(rs, trial_columns), sums(cs, control_columns)])
+                      for rs, cs in shards])  # (S, resamples + 1, 8)
+    count = len(shards)
+    picks = np.vstack([np.arange(count)[None], rng.integers(0, count, size=(resamples, count))])
+    total = stats[picks, np.arange(resamples + 1)[:, None]].sum(axis=1)  # (resamples + 1, 8)
+    tokens, wall, prompts, c_tokens, c_wall, b_tokens, b_wall, controls = total.T
+    values = {"throughput_ratio": (tokens / wall) / (c_tokens / c_wall),
+              "latency_ratio": (wall / prompts) / (c_wall / controls)}
+    result = {k: float(v[0]) for k, v in values.items()}
+    for key, v in values.items():
+        result[f"{key}_lo"], result[f"{key}_hi"] = (float(x) for x in np.percentile(v[1:], [2.5, 97.5]))
+    result["baseline_slowdown"] = float((b_wall[0] / b_tokens[0]) / (c_wall[0] / c_tokens[0]))
+    return result
+
+
+def control_speed(controls: list[dict]) -> float:
+    """ms per new token of a trial's `ar` controls: 1000·Σwall_s / Σnew_tokens."""
+    return 1000 * sum(c["wall_s"] for c in controls) / max(1, sum(c["new_tokens"] for c in controls))
+
+
+OUTLIER = 2.0  # a trial whose controls ran this many times slower or faster than the median
+
+
+def drift(points: list[tuple[float, int, float]], baseline_ms: float | None = None) -> dict:
+    """How `ar` control speed moved over a sweep. points: (time, trial, ms per token) per
+    trial. first/last: the earliest and latest trial's speed; drift = last / first; spread:
+    (min, max) / median; outliers: trials whose speed is outside [median / OUTLIER,
+    median · OUTLIER] (ranked, but flagged); baseline_vs_controls = the full baseline's ms per
+    token / the median (> 1: the baseline ran slower than the trials' controls)."""
+    if not points:
+        return {}
+    ordered = sorted(points)
+    speeds = np.array([ms for _, _, ms in ordered])
+    median = float(np.median(speeds))
+    report = {"trials": len(ordered), "first_ms_per_token": float(speeds[0]),
+              "last_ms_per_token": float(speeds[-1]), "median_ms_per_token": median,
+              "drift": float(speeds[-1] / speeds[0]),
+              "spread": [float(speeds.min() / median), float(speeds.max() / median)],
+              "outliers": sorted(t for _, t, ms in ordered if not median / OUTLIER <= ms <= median * OUTLIER)}
+    if baseline_ms:
+        report["baseline_vs_controls"] = baseline_ms / median
+    return report
+
+
 def pareto_front(points: list[tuple[float, ...]], directions: tuple[str, ...]) -> list[int]:
     """Indices of the non-dominated points. a dominates b when a is at least as good in every
     objective (max: ≥, min: ≤) and strictly better in one."""

@@ -90,6 +90,11 @@ class Tracker:
         with self._lock:
             self.client.set_tag(run_id, key, value)
 
+    def log_sweep_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        now = int(time.time() * 1000)
+        with self._lock:
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+
     def log_trial(self, log: TrialLog) -> None:
         self.queue.append(log)
         if self._thread is not None:

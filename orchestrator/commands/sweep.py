@@ -39,8 +39,12 @@ def _frontier_rows(spec, study) -> list[dict]:
         [r["metrics"] for r in rows],
         tuple(spec.objectives.values()),
     )
+    from orchestrator.timing import flagged
+
+    noisy = flagged(study)
     for row, flag in zip(rows, flags):
         row["tied"] = flag  # statistically indistinguishable from a neighbour on the frontier
+        row["timing_flagged"] = row["trial"] in noisy  # its controls ran far from the typical speed
     return rows
 
 
@@ -64,7 +68,7 @@ def _table(title: str, spec, rows: list[dict]):
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact", "tied"):
+    for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact", "notes"):
         table.add_column(col, justify="right")
     for r in rows:
         c = r["config"]
@@ -79,7 +83,8 @@ def _table(title: str, spec, rows: list[dict]):
             f"{c['leniency']:g}",
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
             "yes" if r["exact"] else "no (lossy)",
-            "tied" if r.get("tied") else "",
+            ", ".join(n for n, on in (("tied", r.get("tied")), ("timing flagged", r.get("timing_flagged")))
+                      if on),
         )
     return table
 
@@ -148,6 +153,10 @@ def run(
         f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
         f"{driver.parent_run}); browse: {browse}"
     )
+    from orchestrator.timing import describe, timing_report
+
+    for line in describe(timing_report(study)):
+        console.print(line)
     if driver.progress.note:
         console.print(driver.progress.note)
 
@@ -186,6 +195,13 @@ def status(
     if points:
         value, where = hypervolume_against(spec, study, points, reference)
         typer.echo(f"hypervolume: {value:.6g} (reference: {where})")
+    from orchestrator.timing import describe, timing_report
+
+    report = timing_report(study)
+    for line in describe(report):
+        typer.echo(line)
+    for kind in report["hardware"]:
+        typer.echo("hardware: " + ", ".join(f"{k} {v}" for k, v in kind.items()))
     typer.echo(
         f"MLflow: {study.user_attrs.get('tracking_uri')} parent run {study.user_attrs.get('parent_run')}"
     )
