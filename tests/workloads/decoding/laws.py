@@ -23,11 +23,9 @@ from types import SimpleNamespace
 
 import torch
 
+from tests.workloads.decoding.stubs import TOK, StubModule, V
 from workloads.models.pair import DiffusionProfile, SelfPair, TwoModelPair
-from workloads.models.tokenizer import build_char_tokenizer
 
-TOK = build_char_tokenizer()
-V = len(TOK)
 MASK = TOK.mask_token_id
 A, B = TOK.convert_tokens_to_ids(["0", "1"])
 PROMPT = "7"  # one token outside {a, b}
@@ -58,20 +56,8 @@ def two_point(prob_b: list[float]) -> torch.Tensor:
     return out
 
 
-class LawLM(torch.nn.Module):
+class LawLM(StubModule):
     """A causal LM stub whose rows follow the AR law or the drafting law of their context."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-
-    @property
-    def device(self) -> torch.device:
-        return self.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.weight.dtype
 
     def forward(self, input_ids, position_ids, attention_mask=None, cache=None, use_cache=True):
         ids, positions = input_ids[0], position_ids[0]

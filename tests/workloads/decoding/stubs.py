@@ -15,16 +15,12 @@ V = len(TOK)
 DIGITS = TOK.convert_tokens_to_ids(list("0123456789"))
 
 
-class StubLM(torch.nn.Module):
-    """Row at position p puts all its mass on token `rule(p + 1)`: the next-token (and
-    Dream-style shifted diffusion) convention, so a drafter and a verifier with the same
-    rule always agree."""
+class StubModule(torch.nn.Module):
+    """What the engine reads of a model besides its forward: a device and a dtype."""
 
-    def __init__(self, rule: Callable[[int], int]):
+    def __init__(self):
         super().__init__()
-        self.rule = rule
         self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.calls = 0
 
     @property
     def device(self) -> torch.device:
@@ -33,6 +29,17 @@ class StubLM(torch.nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.weight.dtype
+
+
+class StubLM(StubModule):
+    """Row at position p puts all its mass on token `rule(p + 1)`: the next-token (and
+    Dream-style shifted diffusion) convention, so a drafter and a verifier with the same
+    rule always agree."""
+
+    def __init__(self, rule: Callable[[int], int]):
+        super().__init__()
+        self.rule = rule
+        self.calls = 0
 
     def forward(self, input_ids, position_ids, attention_mask=None, cache=None, use_cache=True):
         self.calls += 1
