@@ -6,6 +6,11 @@ throwaway dir), its own session, a wall-time limit enforced here and CPU / memor
 process limits enforced by the kernel (see sandbox_child.py for the layers). On timeout the
 whole process group is killed; the directory is removed whatever happens. A program passes
 when it exits with status 0.
+
+What the caller holds stays bounded whatever the program does: of its stderr only the
+first line (the layers) and the last OUTPUT_CAP bytes are kept (the detail says how much
+was cut), stdout is discarded, and where the child could not mount its own size-limited
+directory (not root) a watchdog here kills it once the directory passes QUOTA_MB.
 """
 
 from __future__ import annotations
@@ -17,11 +22,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 _CHILD = Path(__file__).with_name("sandbox_child.py")
+OUTPUT_CAP = 64 << 10  # bytes of stderr kept (its tail)
+QUOTA_MB = 64  # the directory's total size (sandbox_child.QUOTA_MB, enforced there as root)
+_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,45 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+class _Capture:
+    """Reads a stream to its end in a thread, keeping its first line and the last `cap`
+    bytes: memory stays bounded however much the program writes."""
+
+    def __init__(self, stream, cap: int = OUTPUT_CAP):
+        self.stream, self.cap = stream, cap
+        self.first, self.tail, self.total = b"", bytearray(), 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while chunk := self.stream.read1(1 << 16):
+            if self.total == 0 and b"\n" in chunk[:4096]:
+                line, _, chunk = chunk.partition(b"\n")
+                self.first = line + b"\n"
+            self.total += len(chunk)
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - self.cap)]
+
+    def text(self) -> tuple[str, str, str]:
+        """(first line, the tail of the rest, a note when something was cut)."""
+        self.thread.join()
+        cut = self.total - len(self.tail)
+        note = f" [stderr was {self.total} bytes; only its last {len(self.tail)} were kept]" if cut else ""
+        return self.first.decode(errors="replace"), self.tail.decode(errors="replace"), note
+
+
+def _size(path: str) -> int:
+    """Bytes in the files under `path`."""
+    total = 0
+    with os.scandir(path) as entries:
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                total += _size(e.path)
+            elif e.is_file(follow_symlinks=False):
+                total += e.stat(follow_symlinks=False).st_size
+    return total
+
+
 def run_python(program: str, limits: Limits = Limits()) -> Execution:
     """Run `program` (Python source) confined; see the module docstring."""
     workdir = tempfile.mkdtemp(prefix="specsweep-sandbox-")
@@ -59,27 +107,35 @@ def run_python(program: str, limits: Limits = Limits()) -> Execution:
             cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
+        capture = _Capture(proc.stderr)
+        stopped = ""
         try:
-            _, err = proc.communicate(timeout=limits.wall_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            _, err = proc.communicate()
-            timed_out = True
+            deadline = start + limits.wall_s
+            while proc.poll() is None:
+                if time.perf_counter() > deadline:
+                    stopped = f"killed after {limits.wall_s:g} s"
+                    break
+                if _size(workdir) > QUOTA_MB << 20:
+                    stopped = f"its directory passed {QUOTA_MB} MiB"
+                    break
+                time.sleep(_POLL_S)
         finally:
             _kill_group(proc)  # anything left in the group (RLIMIT_NPROC allows no children)
-        text = err.decode(errors="replace")
-        layers = text.split("\n", 1)[0].removeprefix("sandbox: ") if text.startswith("sandbox: ") else ""
-        stderr = text.split("\n", 1)[1] if layers else text
+        first, stderr, cut = capture.text()
+        layers = first.strip().removeprefix("sandbox: ") if first.startswith("sandbox: ") else ""
+        if not layers:
+            stderr = first + stderr
         wall = time.perf_counter() - start
-        if timed_out:
-            return Execution(False, "timeout", f"killed after {limits.wall_s:g} s", wall, layers)
+        if stopped.startswith("killed after"):
+            return Execution(False, "timeout", stopped + cut, wall, layers)
+        if stopped:
+            return Execution(False, "failed", f"killed: {stopped}{cut}", wall, layers)
         tail = "\n".join(stderr.strip().splitlines()[-3:])
         if proc.returncode == 0:
             return Execution(True, "passed", "", wall, layers)
         why = tail or f"exit status {proc.returncode}"
         if proc.returncode < 0:
             why = f"killed by signal {-proc.returncode}" + (f": {tail}" if tail else "")
-        return Execution(False, "failed", why, wall, layers)
+        return Execution(False, "failed", why + cut, wall, layers)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

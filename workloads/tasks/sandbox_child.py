@@ -4,8 +4,15 @@ Started as `python -I -S sandbox_child.py MEMORY_MB CPU_S` with a scrubbed envir
 throwaway directory. Standard library only (no site-packages under -S). Layers, strongest
 first, each applied when the kernel offers it:
 
-1. seccomp: the socket, fork, vfork, clone and clone3 system calls fail, so no network of
-   any kind and no new processes or threads (fork bombs, os.system, subprocess);
+0. privileges: started as root, it mounts a private tmpfs of QUOTA_MB over its directory
+   (so the directory's total size is bounded), then drops every capability, and changes to
+   the `nobody` user when the interpreter is readable by others (here it often lives under
+   root's 0700 home: then uid 0 stays, without capabilities);
+1. seccomp: every system call that creates, connects or uses a socket (socket,
+   socketpair, connect, bind, listen, accept, sendto, sendmsg, ...), io_uring (its ops
+   would reach sockets past the filter), ptrace and fork, vfork, clone and clone3 fail, so
+   no network of any kind and no new processes or threads (fork bombs, os.system,
+   subprocess);
 2. Landlock: reads only under the Python installation and system library dirs, writes only
    in the throwaway dir, no TCP bind/connect, no signals or abstract sockets outside;
 3. rlimits: address space, CPU time, file size, and no new processes (RLIMIT_NPROC);
@@ -32,8 +39,16 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-# (audit arch, denied syscall numbers): socket, clone, fork, vfork, clone3
-_DENIED = {"x86_64": (0xC000003E, (41, 56, 57, 58, 435)), "aarch64": (0xC00000B7, (198, 220, 435))}
+# (audit arch, denied syscall numbers)
+_DENIED = {
+    # socket..getsockopt, clone, fork, vfork, ptrace, accept4, recvmmsg, sendmmsg, io_uring_*, clone3
+    "x86_64": (0xC000003E, (*range(41, 56), 56, 57, 58, 101, 288, 299, 307, 425, 426, 427, 435)),
+    # socket..recvmsg, clone, ptrace, accept4, recvmmsg, sendmmsg, io_uring_*, clone3
+    "aarch64": (0xC00000B7, (*range(198, 213), 220, 117, 242, 243, 269, 425, 426, 427, 435)),
+}
+_CHDIR = os.chdir
+QUOTA_MB = 64  # the directory's total size, where a tmpfs can be mounted over it
+NOBODY = 65534
 
 
 def _seccomp(libc) -> bool:
@@ -103,6 +118,61 @@ def _landlock(libc, workdir: str) -> bool:
     return done
 
 
+def _quota(libc, workdir: str) -> bool:
+    """As root: a private mount namespace with a QUOTA_MB tmpfs over the directory."""
+    if os.getuid() != 0 or libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+        return False
+    if libc.mount(b"none", b"/", None, ctypes.c_ulong((1 << 14) | (1 << 18)), None) != 0:  # MS_REC|MS_PRIVATE
+        return False
+    options = f"size={QUOTA_MB}m,mode=0700,uid={_owner()},gid={_owner()}".encode()
+    if libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", ctypes.c_ulong(0), options) != 0:
+        return False
+    _CHDIR(workdir)  # the old cwd is the directory under the mount (os.chdir is stubbed by now)
+    return True
+
+
+def _interpreter_is_public() -> bool:
+    """Whether `nobody` could still import the standard library (every directory from / to
+    it searchable by others)."""
+    path = os.path.realpath(os.path.dirname(os.__file__))
+    while True:
+        if not os.stat(path).st_mode & 0o001:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
+def _owner() -> int:
+    return NOBODY if os.getuid() == 0 and _interpreter_is_public() else os.getuid()
+
+
+def _drop_privileges(libc) -> str:
+    """Drop every capability (bounding set included) and, where the interpreter allows it,
+    become `nobody`; returns the layer's name, or '' when not root."""
+    if os.getuid() != 0:
+        return ""
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; fails past the last capability
+    if _owner() == NOBODY:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)  # clears the permitted and effective sets
+        return "nobody"
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    empty = (Data * 2)()
+    if libc.capset(ctypes.byref(Header(0x20080522, 0)), empty) != 0:  # _LINUX_CAPABILITY_VERSION_3
+        return ""
+    return "nocaps"
+
+
 def _rlimits(memory_mb: int, cpu_s: int) -> None:
     for limit, value in ((resource.RLIMIT_AS, memory_mb << 20), (resource.RLIMIT_CPU, cpu_s),
                          (resource.RLIMIT_FSIZE, 16 << 20), (resource.RLIMIT_NPROC, 1),
@@ -138,9 +208,12 @@ def main() -> None:
         source = f.read()
     libc = _libc()
     _stubs()  # before seccomp: importing socket and subprocess must still work
+    quota = _quota(libc, workdir)
+    privileges = _drop_privileges(libc)
     landlock = _landlock(libc, workdir)
     _rlimits(memory_mb, cpu_s)
-    layers = [name for name, ok in (("seccomp", _seccomp(libc)), ("landlock", landlock)) if ok]
+    layers = [name for name, ok in (("quota", quota), (privileges, bool(privileges)),
+                                    ("seccomp", _seccomp(libc)), ("landlock", landlock)) if ok]
     sys.stderr.write(f"sandbox: {'+'.join(layers + ['rlimits', 'stubs'])}\n")
     sys.stderr.flush()
     code = compile(source, "program.py", "exec")

@@ -50,6 +50,14 @@ ESCAPES = {
             "s.sendto(b'x', ('127.0.0.1', 9))\n"),
     "thread": "import threading\nthreading.Thread(target=print).start()\n",
     "secrets in env": "import os\nassert 'SPECSWEEP_TEST_SECRET' not in os.environ\nraise SystemExit(1)\n",
+    # io_uring_setup: its socket ops would create sockets past a filter on socket() alone
+    "io_uring": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                 "assert libc.syscall(425, 8, ctypes.create_string_buffer(120)) >= 0\n"),
+    "socketpair": ("import ctypes\nfds = (ctypes.c_int * 2)()\n"
+                   "assert ctypes.CDLL(None).socketpair(1, 2, 0, fds) == 0\n"),  # AF_UNIX, SOCK_DGRAM
+    "capabilities": ("line = next(l for l in open('/proc/self/status') if l.startswith('CapEff'))\n"
+                     "assert int(line.split()[1], 16) != 0\n"),
+    "disk flood": "for i in range(64):\n    open('f%d' % i, 'wb').write(b'x' * (15 << 20))\n",
 }
 
 
@@ -80,3 +88,48 @@ def test_failure_detail_shows_the_error_and_timeout_is_labelled():
     assert failed.status == "failed" and "AssertionError: arithmetic" in failed.detail
     slow = run_python("while True: pass\n", Limits(wall_s=1.0))
     assert slow.status == "timeout" and "1 s" in slow.detail
+
+
+def test_a_datagram_to_a_unix_socket_outside_never_arrives(tmp_path):
+    """socketpair(AF_UNIX, SOCK_DGRAM) + sendto(path) once delivered to a socket outside."""
+    import socket
+
+    path = str(tmp_path / "listener")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(path)
+    listener.setblocking(False)
+    program = f"""import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fds = (ctypes.c_int * 2)()
+libc.socketpair(1, 2, 0, fds)
+address = struct.pack("H", 1) + {path.encode()!r}.ljust(108, b"\\0")
+sent = libc.sendto(fds[0], b"escaped", 7, 0, address, len(address))
+fd = libc.socket(1, 2, 0)
+sent2 = libc.sendto(fd, b"escaped", 7, 0, address, len(address))
+assert sent == 7 or sent2 == 7
+"""
+    try:
+        result = run_python(program, LIMITS)
+        assert not result.passed
+        with pytest.raises(BlockingIOError):
+            listener.recv(64)
+    finally:
+        listener.close()
+
+
+def test_an_output_flood_stays_out_of_the_callers_memory():
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run_python("import os\nchunk = b'x' * (1 << 20)\nfor _ in range(256):\n    os.write(2, chunk)\n"
+                        "raise SystemExit(3)\n", Limits(wall_s=8.0, memory_mb=512))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert not result.passed and "stderr was 268435" in result.detail and "were kept" in result.detail
+    assert grown_mb < 64
+
+
+def test_the_layers_say_what_is_in_force():
+    layers = run_python("pass\n", LIMITS).layers.split("+")
+    assert {"seccomp", "landlock", "rlimits", "stubs"} <= set(layers)
+    if os.getuid() == 0:  # root: its own size-limited directory and no capabilities (or nobody)
+        assert "quota" in layers and ("nocaps" in layers or "nobody" in layers)
