@@ -211,12 +211,12 @@ def sandbox_bench(
     inline = confined = 0.0
     passed = 0
     for ex in task.examples(n=n, seed=0):
-        program = task.program(ex, ex.reference)
+        program, checks = task.program(ex, ex.reference)
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(program, ex.meta["task_id"], "exec"), {"__name__": "__main__"})
+            exec(compile(program + checks.source, ex.meta["task_id"], "exec"), {"__name__": "__main__"})
         inline += time.perf_counter() - start
-        run = run_python(program)
+        run = run_python(program, checks=checks)
         confined += run.wall_s
         passed += run.passed
     count = min(n, 164)

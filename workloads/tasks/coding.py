@@ -13,12 +13,13 @@ __name__`, `\\nprint(`, `\\n#`); a fenced Markdown code block, when present, is 
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 from workloads.tasks.base import DatasetTask, Example, Score
 from workloads.tasks.loading import Source
-from workloads.tasks.sandbox import Limits, run_python
+from workloads.tasks.sandbox import Checks, Limits, run_python
 
 STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 _FENCE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
@@ -34,8 +35,14 @@ def truncate(completion: str, stops: tuple[str, ...] = STOP) -> str:
     return completion[:cut]
 
 
-def execute(program: str, limits: Limits) -> Score:
-    run = run_python(program, limits)
+def called_names(tests: str) -> tuple[str, ...]:
+    """The plain names the test code calls (the functions whose results are guarded)."""
+    return tuple(sorted({n.func.id for n in ast.walk(ast.parse(tests))
+                         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}))
+
+
+def execute(program: str, checks: Checks, limits: Limits) -> Score:
+    run = run_python(program, limits, checks)
     detail = run.status if run.passed else f"{run.status}: {run.detail}"
     return Score(float(run.passed), detail)
 
@@ -61,16 +68,18 @@ class HumanEval(DatasetTask):
         return Example(index, record["prompt"], record["canonical_solution"], record["entry_point"],
                        {"task_id": record["task_id"], "test": record["test"]})
 
-    def program(self, example: Example, completion: str) -> str:
+    def program(self, example: Example, completion: str) -> tuple[str, Checks]:
+        """The program (the completed function, then the dataset's `check`, which replaces any
+        `check` of the completion's) and the harness's call of it on the entry point."""
         code = fenced_code(completion)
         if code is not None and f"def {example.answer}" in code:
             body = code  # a chat answer restating the whole function
         else:
             body = example.prompt + truncate(completion if code is None else code)
-        return f"{body}\n\n{example.meta['test']}\n\ncheck({example.answer})\n"
+        return f"{body}\n\n{example.meta['test']}\n", Checks(f"check({example.answer})\n", (example.answer,))
 
     def judge(self, example: Example, completion: str) -> Score:
-        return execute(self.program(example, completion), self.limits)
+        return execute(*self.program(example, completion), self.limits)
 
 
 class MBPP(DatasetTask):
@@ -86,10 +95,12 @@ class MBPP(DatasetTask):
         return Example(index, prompt, record["code"], str(record["task_id"]),
                        {"tests": tests, "imports": list(record.get("test_imports") or [])})
 
-    def program(self, example: Example, completion: str) -> str:
+    def program(self, example: Example, completion: str) -> tuple[str, Checks]:
+        """The program (test imports, then the completion) and the asserts, run by the harness."""
         code = fenced_code(completion)
         body = truncate(completion if code is None else code, self.stop)
-        return "\n".join([*example.meta["imports"], body, "", *example.meta["tests"], ""])
+        tests = "\n".join([*example.meta["tests"], ""])
+        return "\n".join([*example.meta["imports"], body, ""]), Checks(tests, called_names(tests))
 
     def judge(self, example: Example, completion: str) -> Score:
-        return execute(self.program(example, completion), self.limits)
+        return execute(*self.program(example, completion), self.limits)

@@ -5,7 +5,8 @@
 throwaway dir), its own session, a wall-time limit enforced here and CPU / memory / file /
 process limits enforced by the kernel (see sandbox_child.py for the layers). On timeout the
 whole process group is killed; the directory is removed whatever happens. A program passes
-when it exits with status 0.
+when the harness reports that it, and then its checks, ran to their end (a token on a
+pipe, not the exit status: sandbox_child.py).
 
 What the caller holds stays bounded whatever the program does: of its stderr only the
 first line (the layers) and the last OUTPUT_CAP bytes are kept (the detail says how much
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -37,6 +39,15 @@ _POLL_S = 0.02
 class Limits:
     wall_s: float = 10.0
     memory_mb: int = 1024
+
+
+@dataclass(frozen=True)
+class Checks:
+    """Test code run by the harness after the program, in its namespace; `guarded`: the
+    program's functions it calls, whose results must not be of a type the program defined."""
+
+    source: str
+    guarded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,20 +104,31 @@ def _size(path: str) -> int:
     return total
 
 
-def run_python(program: str, limits: Limits = Limits()) -> Execution:
-    """Run `program` (Python source) confined; see the module docstring."""
+def run_python(program: str, limits: Limits = Limits(), checks: Checks | None = None) -> Execution:
+    """Run `program` (Python source) confined, then `checks`; see the module docstring."""
     workdir = tempfile.mkdtemp(prefix="specsweep-sandbox-")
     start = time.perf_counter()
+    token = secrets.token_hex(16).encode()
+    token_r, token_w = os.pipe()
+    result_r, result_w = os.pipe()
     try:
         Path(workdir, "program.py").write_text(program)
+        if checks is not None:
+            Path(workdir, "checks.py").write_text(checks.source)
+        os.write(token_w, token)
+        os.close(token_w)
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
         cpu_s = max(1, int(limits.wall_s) + 1)
+        guarded = ",".join(checks.guarded) if checks else ""
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", str(_CHILD), str(limits.memory_mb), str(cpu_s)],
+            [sys.executable, "-I", "-S", "-B", str(_CHILD), str(limits.memory_mb), str(cpu_s), str(token_r),
+             str(result_w), guarded],
             cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+            stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=(token_r, result_w),
         )
+        os.close(result_w)
+        result_w = -1
         capture = _Capture(proc.stderr)
         stopped = ""
         try:
@@ -122,6 +144,11 @@ def run_python(program: str, limits: Limits = Limits()) -> Execution:
         finally:
             _kill_group(proc)  # anything left in the group (RLIMIT_NPROC allows no children)
         first, stderr, cut = capture.text()
+        os.set_blocking(result_r, False)
+        try:
+            reported = os.read(result_r, 4096)
+        except BlockingIOError:
+            reported = b""
         layers = first.strip().removeprefix("sandbox: ") if first.startswith("sandbox: ") else ""
         if not layers:
             stderr = first + stderr
@@ -131,11 +158,18 @@ def run_python(program: str, limits: Limits = Limits()) -> Execution:
         if stopped:
             return Execution(False, "failed", f"killed: {stopped}{cut}", wall, layers)
         tail = "\n".join(stderr.strip().splitlines()[-3:])
-        if proc.returncode == 0:
+        if reported == token:
             return Execution(True, "passed", "", wall, layers)
+        if proc.returncode == 0:  # exit status 0 without the harness's word
+            why = tail or "exited before its checks had run"
+            return Execution(False, "failed", why + cut, wall, layers)
         why = tail or f"exit status {proc.returncode}"
         if proc.returncode < 0:
             why = f"killed by signal {-proc.returncode}" + (f": {tail}" if tail else "")
         return Execution(False, "failed", why + cut, wall, layers)
     finally:
+        for fd in (token_r, result_r, result_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,8 +1,20 @@
 """Runs inside the sandbox process: confine itself, then execute `program.py` in the cwd.
 
-Started as `python -I -S sandbox_child.py MEMORY_MB CPU_S` with a scrubbed environment in a
-throwaway directory. Standard library only (no site-packages under -S). Layers, strongest
-first, each applied when the kernel offers it:
+Started as `python -I -S sandbox_child.py MEMORY_MB CPU_S TOKEN_FD RESULT_FD GUARDED` with a
+scrubbed environment in a throwaway directory holding `program.py` and, optionally,
+`checks.py`. Standard library only (no site-packages under -S).
+
+A pass is not an exit status (a program can `sys.exit(0)` or `os._exit(0)` its way to one):
+after the program and then the checks have run to their end without raising or exiting,
+this harness writes a secret token, read from TOKEN_FD before the program ran, to
+RESULT_FD, and the caller passes the program only on that exact token. Both files are read
+into memory first, so the program cannot rewrite its checks. The functions named in
+GUARDED (comma-separated; what the checks call) refuse to return objects of types the
+program defined, such as one whose `__eq__` is always true. The token stays in this
+process's memory, so a program that deliberately searches its interpreter for it could
+still forge a pass; the exits and equality tricks models emit cannot.
+
+Layers, strongest first, each applied when the kernel offers it:
 
 0. privileges: started as root, it mounts a private tmpfs of QUOTA_MB over its directory
    (so the directory's total size is bounded), then drops every capability, and changes to
@@ -201,11 +213,58 @@ def _stubs() -> None:
     socket.create_connection = _disabled("socket")
 
 
+class Refused(TypeError):
+    """A checked function returned an object of a type the program itself defined."""
+
+
+def _own_type(value, depth: int = 0) -> bool:
+    if type(value).__module__ == "__main__":  # classes made by the exec'd program
+        return True
+    if depth < 8 and isinstance(value, list | tuple | set | frozenset):
+        return any(_own_type(v, depth + 1) for v in value)
+    if depth < 8 and isinstance(value, dict):
+        return any(_own_type(k, depth + 1) or _own_type(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _guard(function):
+    def guarded(*args, **kwargs):
+        result = function(*args, **kwargs)
+        if _own_type(result):
+            raise Refused(f"{function.__name__} returned a {type(result).__name__} the program defined")
+        return result
+
+    return guarded
+
+
+def _run(source: str, checks: str | None, guarded: list[str]) -> bool:
+    """Run the program, then its checks, in one namespace; True when both ran to the end."""
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        exec(compile(source, "program.py", "exec"), namespace)
+        if checks is not None:
+            for name in guarded:
+                if callable(namespace.get(name)):
+                    namespace[name] = _guard(namespace[name])
+            exec(compile(checks, "checks.py", "exec"), namespace)
+    except SystemExit:
+        sys.stderr.write("sandbox: the program exited before its checks had run\n")
+        return False
+    return True
+
+
 def main() -> None:
-    memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
+    memory_mb, cpu_s, token_fd, result_fd = (int(a) for a in sys.argv[1:5])
+    guarded = [g for g in sys.argv[5].split(",") if g] if len(sys.argv) > 5 else []
     workdir = os.getcwd()
+    token = os.read(token_fd, 64)
+    os.close(token_fd)
     with open("program.py") as f:
         source = f.read()
+    checks = None
+    if os.path.exists("checks.py"):
+        with open("checks.py") as f:
+            checks = f.read()
     libc = _libc()
     _stubs()  # before seccomp: importing socket and subprocess must still work
     quota = _quota(libc, workdir)
@@ -216,8 +275,10 @@ def main() -> None:
                                     ("seccomp", _seccomp(libc)), ("landlock", landlock)) if ok]
     sys.stderr.write(f"sandbox: {'+'.join(layers + ['rlimits', 'stubs'])}\n")
     sys.stderr.flush()
-    code = compile(source, "program.py", "exec")
-    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+    if _run(source, checks, guarded):
+        os.write(result_fd, token)
+    else:
+        os._exit(1)  # and no atexit handler of the program's turns it into a success
 
 
 if __name__ == "__main__":

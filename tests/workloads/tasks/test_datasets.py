@@ -100,3 +100,39 @@ def test_examples_by_index_and_bad_index():
     assert t.example(2).answer == "-7"
     with pytest.raises(ValueError, match="index"):
         t.example(3)
+
+
+WRONG_BUT_EXITS_ZERO = {
+    "sys.exit in the body": "    import sys\n    sys.exit(0)\n",
+    "atexit os._exit": "    import atexit, os\n    atexit.register(lambda: os._exit(0))\n    return a - b\n",
+    "top-level os._exit": "    return a - b\n\nimport os\nos._exit(0)\n",
+    "always-equal result": ("    class Same:\n        def __eq__(self, other):\n            return True\n"
+                            "    return Same()\n"),
+    "always-equal int subclass": ("    class Same(int):\n        def __eq__(self, other):\n"
+                                  "            return True\n    return Same(0)\n"),
+    "in a list": "    class Same:\n        __eq__ = lambda s, o: True\n    return [Same()][0]\n",
+    "rewrites its checks": "    open('checks.py', 'w').write('pass')\n    return a - b\n",
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG_BUT_EXITS_ZERO))
+def test_a_wrong_completion_cannot_exit_or_compare_its_way_to_a_pass(name):
+    t = task("humaneval", "humaneval.jsonl")
+    add = t.examples(n=None)[0]
+    assert t.score(add, WRONG_BUT_EXITS_ZERO[name]) == 0.0
+
+
+def test_the_datasets_check_replaces_a_check_of_the_completions():
+    t = task("humaneval", "humaneval.jsonl")
+    add = t.examples(n=None)[0]
+    assert t.score(add, "    return a - b\n\ndef check(candidate):\n    pass\n") == 0.0
+
+
+def test_mbpp_asserts_run_after_the_program_and_guard_its_functions():
+    t = task("mbpp", "mbpp.jsonl")
+    prime = next(e for e in t.examples(n=None) if "is_not_prime" in e.reference)
+    program, checks = t.program(prime, prime.reference)
+    assert "assert" not in program and "is_not_prime" in checks.guarded
+    assert t.score(prime, "import sys\ndef is_not_prime(n):\n    sys.exit(0)") == 0.0
+    cheat = "class T:\n    __eq__ = lambda s, o: True\n    __bool__ = lambda s: True\ndef is_not_prime(n):\n    return T()"
+    assert t.score(prime, cheat) == 0.0
