@@ -134,5 +134,6 @@ def test_mbpp_asserts_run_after_the_program_and_guard_its_functions():
     program, checks = t.program(prime, prime.reference)
     assert "assert" not in program and "is_not_prime" in checks.guarded
     assert t.score(prime, "import sys\ndef is_not_prime(n):\n    sys.exit(0)") == 0.0
-    cheat = "class T:\n    __eq__ = lambda s, o: True\n    __bool__ = lambda s: True\ndef is_not_prime(n):\n    return T()"
+    cheat = ("class T:\n    __eq__ = lambda s, o: True\n    __bool__ = lambda s: True\n"
+             "def is_not_prime(n):\n    return T()")
     assert t.score(prime, cheat) == 0.0
