@@ -33,7 +33,7 @@ SAMPLING = (
     "max_new_tokens",
 )
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING)
-_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?[\d.]+(?:e-?\d+)?)\s*$")
+_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
 
 class SpecError(ValueError):
@@ -105,7 +105,7 @@ class SearchSpec(_Strict):
     sampler: Literal["grid", "random", "tpe", "nsga2", "gp"] = "tpe"
     trials: int = Field(20, ge=1)
     parallel: int = Field(2, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)  # what Optuna's samplers accept
     storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
     guide: str | None = None  # calibration JSON (`model calibrate`): enqueue the predicted frontier first
 
@@ -280,6 +280,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"spec: no such file {path}")
     try:
         data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as err:
+        raise SpecError(f"spec: {path} is not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
         raise SpecError(f"spec: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
     return parse_spec(data, str(path))

@@ -17,8 +17,12 @@ def read_prompts(path: Path) -> list[str]:
     """A text file (one prompt a line) or JSON Lines with a `prompt` field."""
     if not path.is_file():
         raise ValueError(f"--prompts: no such file {path}")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--prompts: {path} is not UTF-8 text (byte {err.start})") from None
     prompts = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if line.lstrip().startswith("{"):

@@ -258,6 +258,7 @@ def export(
     where: str = typer.Option(None, "--where", help="Filter, e.g. 'accuracy >= 0.9 * ar.accuracy'."),
     pick: str = typer.Option("all", "--pick", help="all | fastest | most-accurate | knee"),
     floors: str = typer.Option("0.5,0.75,0.9,0.95,0.99", "--floors", help="Accuracy floors for routes.yaml."),
+    force: bool = typer.Option(False, "--force", help="Write into a directory that already holds files."),
     root: Path = ROOT,
 ) -> None:
     """Write one YAML per chosen frontier config (pair, config, metrics, exact, provenance),
@@ -269,6 +270,12 @@ def export(
         levels = tuple(float(x) for x in floors.split(","))
     except ValueError:
         raise ValueError(f"--floors: comma-separated numbers; got {floors!r}") from None
+    if not all(0 <= x <= 1 for x in levels):  # NaN fails too
+        raise ValueError(f"--floors: accuracy floors must lie in [0, 1]; got {floors!r}")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ValueError(f"--out: {out} already holds files; pass --force to write over them")
     spec, study = load_sweep(root, name)
     paths = export_configs(spec, study, _frontier_rows(spec, study), out, where, pick, levels)
     for p in paths:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,11 @@ class DecodeConfig:
         def bad(name: str, allowed: str) -> ConfigError:
             return ConfigError(f"{name}: {allowed}; got {getattr(self, name)!r}")
 
+        for name in ("threshold", "leniency", "temperature", "top_p", "draft_temperature", "draft_top_p"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not math.isfinite(value)):
+                raise bad(name, "must be a finite number")
         if self.schedule not in SCHEDULES:
             raise bad("schedule", f"must be one of {', '.join(SCHEDULES)}")
         if self.unmask not in UNMASK:
@@ -119,7 +125,12 @@ class DecodeConfig:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config: no such file {path}")
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"config: {path} is not UTF-8 text (byte {err.start})") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config: {path} must hold a mapping of settings")
         return cls.from_dict(data.get("config", data))

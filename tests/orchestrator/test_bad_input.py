@@ -1,0 +1,121 @@
+"""Bad input: exit 2, one line naming the field or the file, no traceback, nothing written."""
+
+import os
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+runner = CliRunner()
+
+GOOD = {
+    "name": "bad",
+    "pairs": ["toy"],
+    "task": {"name": "arith", "limit": 2},
+    "space": {"schedule": ["linear"], "block": [2], "max_new_tokens": 8},
+    "objectives": {"throughput_tps": "max", "accuracy": "max"},
+    "search": {"sampler": "grid", "trials": 1, "parallel": 1},
+    "baselines": ["ar"],
+    "cluster": {"slots": 1},
+}
+
+
+def one_line_error(result, starts: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {starts}"), result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+
+
+def tree(root) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files)
+
+
+SPECS = {
+    "nan temperature": ({"space": {**GOOD["space"], "temperature": float("nan")}}, "spec: space.temperature"),
+    "inf leniency": ({"space": {**GOOD["space"], "rule": ["linear"], "leniency": [float("inf")]}},
+                     "spec: space.leniency"),
+    "constraint number": ({"constraints": ["accuracy >= 1.2.3"]}, "spec: constraints"),
+    "seed past 2**32": ({"search": {**GOOD["search"], "seed": 2**80}}, "spec: search.seed"),
+    "negative seed": ({"search": {**GOOD["search"], "seed": -1}}, "spec: search.seed"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPECS))
+def test_bad_spec_values(tmp_path, case):
+    change, starts = SPECS[case]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, **change}))
+    before = tree(tmp_path)
+    one_line_error(runner.invoke(app, ["run", str(path), "--root", str(tmp_path)]), starts)
+    assert tree(tmp_path) == before
+
+
+def test_a_constraint_with_an_exponent_is_still_accepted(tmp_path):
+    from orchestrator.spec import constraint_terms, parse_spec
+
+    spec = parse_spec({**GOOD, "constraints": ["accuracy >= 5e-1", "latency_s <= .25"]})
+    assert constraint_terms(spec.constraints) == [("accuracy", ">=", 0.5), ("latency_s", "<=", 0.25)]
+
+
+def test_a_binary_spec_names_the_file(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    result = runner.invoke(app, ["run", str(path), "--root", str(tmp_path)])
+    one_line_error(result, f"spec: {path} is not UTF-8")
+
+
+@pytest.mark.parametrize(("flags", "starts"), [
+    (["--temperature", "nan"], "temperature: must be a finite number"),
+    (["--top-p", "inf"], "top_p: must be a finite number"),
+    (["--threshold", "nan"], "threshold: must be a finite number"),
+])
+def test_bad_decode_flags(flags, starts):
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompt", "1+1=", *flags]), starts)
+
+
+def test_binary_prompts_and_config_files_name_the_file(tmp_path):
+    binary = tmp_path / "prompts.txt"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(binary)]),
+                   f"--prompts: {binary} is not UTF-8")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--config", str(binary), "--prompt", "1"]),
+                   f"config: {binary} is not UTF-8")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finished")
+    path = root / "spec.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    result = runner.invoke(app, ["run", str(path), "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.mark.parametrize(("flags", "starts"), [
+    (["--floors", "nan,inf,-1"], "--floors: accuracy floors must lie in [0, 1]"),
+    (["--floors", "0.5,x"], "--floors: comma-separated numbers"),
+])
+def test_bad_export_floors(finished, tmp_path, flags, starts):
+    out = tmp_path / "out"
+    one_line_error(runner.invoke(app, ["export", "bad", "--root", str(finished), "--out", str(out), *flags]),
+                   starts)
+    assert not out.exists()
+
+
+def test_export_never_overwrites_without_force(finished, tmp_path):
+    file = tmp_path / "a-file"
+    file.write_text("mine")
+    one_line_error(runner.invoke(app, ["export", "bad", "--root", str(finished), "--out", str(file)]),
+                   f"--out: {file} is a file")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    one_line_error(runner.invoke(app, ["export", "bad", "--root", str(finished), "--out", str(mine)]),
+                   f"--out: {mine} already holds files")
+    assert tree(mine) == ["notes.txt"] and file.read_text() == "mine"
+    forced = runner.invoke(app, ["export", "bad", "--root", str(finished), "--out", str(mine), "--force"])
+    assert forced.exit_code == 0 and "routes.yaml" in tree(mine)
+    assert (mine / "notes.txt").read_text() == "keep"
