@@ -15,6 +15,7 @@ from the cache, so no finished trial or shard runs twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -39,7 +40,7 @@ from orchestrator.metrics import (
 )
 from orchestrator.space import Candidate, choose_config, grid, params_key
 from orchestrator.spec import SpecError, SweepSpec, constraint_terms
-from orchestrator.tracking import Tracker, TrialLog, default_uri
+from orchestrator.tracking import Tracker, TrialLog, check_reachable, default_uri
 from orchestrator.workers import Shard, start_workers
 from workloads.decoding import DecodeConfig, is_exact
 from workloads.tasks import get_task
@@ -187,6 +188,19 @@ class Driver:
         self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
         self.by_index = {e.index: e for e in self.examples}
         self.prompts = self._format_prompts(task)
+        check_reachable(self.tracking_uri)
+        if self.ray_address:
+            check_ray_head(self.ray_address)
+        self._lock()
+        try:
+            self._open_state(resume, fresh)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _open_state(self, resume: bool, fresh: bool) -> None:
+        if resume:
+            check_resumable(self.dir, self.spec)
         if fresh and study_exists(self.dir, self.spec) and self.spec.search.storage:
             optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
         if fresh and self.dir.exists():
@@ -200,6 +214,41 @@ class Driver:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "shards").mkdir(exist_ok=True)
         (self.dir / "spec.yaml").write_text(self.spec_yaml)
+
+    def _lock(self) -> None:
+        """Hold `.specsweep/<name>.lock` for this process's life: a second run, resume or
+        --fresh of the same sweep is refused instead of sharing or deleting live state."""
+        import fcntl
+        import os
+
+        path = state_dir(self.root, self.spec.name).with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 (held open until the process ends)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise SweepError(f"sweep {self.spec.name!r} is in use by {holder}; wait for it or stop it "
+                             "first") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self._lock_handle = handle
+
+    def _unlock(self) -> None:
+        handle = getattr(self, "_lock_handle", None)
+        if handle is None:
+            return
+        if not self.dir.exists():  # a start that failed leaves no trace
+            path = Path(handle.name)
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when empty
+        handle.close()  # closing the file releases the lock
+        self._lock_handle = None
 
     def _format_prompts(self, task) -> dict[str, dict[int, str]]:
         """The prompt each pair decodes (and MLflow logs) per example index: the task's
@@ -552,6 +601,7 @@ class Driver:
             self._send_logs()
             if ray.is_initialized():
                 ray.shutdown()
+            self._unlock()
         self.wall_s = time.time() - self.started
         return self.study
 
@@ -692,6 +742,55 @@ def _cause(err: Exception) -> str:
     cause = getattr(err, "cause", None) or err
     lines = [line for line in str(cause).strip().splitlines() if line.strip()]
     return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+RESUMABLE = ("search.trials", "search.parallel", "cluster")  # what a resumed sweep may change
+
+
+def changed_fields(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two spec dumps."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        path = f"{prefix}{key}"
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_fields(a, b, f"{path}.")
+        elif a != b:
+            out.append(path)
+    return out
+
+
+def check_resumable(path: Path, spec: SweepSpec) -> None:
+    """Refuse to resume a sweep whose spec changed in anything but RESUMABLE (its trials would
+    not be comparable, and Optuna's distributions would no longer match)."""
+    from orchestrator.spec import parse_spec
+
+    stored = path / "spec.yaml"
+    if not stored.is_file():
+        return
+    old = parse_spec(yaml.safe_load(stored.read_text()), str(stored)).model_dump()
+    changed = [f for f in changed_fields(old, spec.model_dump())
+               if not any(f == r or f.startswith(r + ".") for r in RESUMABLE)]
+    if changed:
+        raise SweepError(f"spec: --resume with a changed spec ({', '.join(changed)}); restore it or start "
+                         "over with --fresh")
+
+
+def check_ray_head(address: str, timeout: float = 5.0) -> None:
+    """Refuse a Ray address whose host:port does not accept a connection within `timeout`."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise SweepError(f"cluster: the Ray address must be auto, host:port or ray://host:port; "
+                         f"got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise SweepError(f"cluster: cannot reach the Ray cluster at {address} (waited {timeout:g} s: "
+                         f"{err.strerror or err})") from None
 
 
 def frontier(study: optuna.Study, spec: SweepSpec) -> list[optuna.trial.FrozenTrial]:

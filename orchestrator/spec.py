@@ -75,7 +75,7 @@ class PairSpec(_Strict):
 
 class TaskSpec(_Strict):
     name: str
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, le=1_000_000)  # arith generates its prompts: bound them
     seed: int = 0
     data: str | None = None
     chat: bool = False  # wrap prompts in each pair's chat template

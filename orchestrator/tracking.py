@@ -28,6 +28,33 @@ def default_uri(state_root: Path) -> str:
     return f"sqlite:///{(state_root / 'mlflow.db').resolve()}"
 
 
+SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+REACH_S = 5.0  # how long a sweep waits for a tracking server or a Ray head before saying so
+
+
+def check_reachable(uri: str, timeout: float = REACH_S) -> None:
+    """Refuse a tracking URI MLflow cannot use, or a server that does not answer, before a
+    sweep writes any state (ValueError naming the URI and how long it waited)."""
+    import urllib.error
+    import urllib.request
+
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    if scheme not in SCHEMES:
+        known = ", ".join(SCHEMES)
+        raise ValueError(f"tracking: {uri!r} is not a tracking URI MLflow 3 takes; use "
+                         f"sqlite:////abs/path.db, http(s)://host:port or a database URL ({known})")
+    if scheme not in ("http", "https"):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return  # it answered (auth or an older server without /health)
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise ValueError(f"tracking: cannot reach the tracking server at {uri} (waited {timeout:g} s: "
+                         f"{reason})") from None
+
+
 @dataclass
 class TrialLog:
     """Everything one nested run holds; `run_id` is set once the run exists."""

@@ -119,3 +119,72 @@ def test_export_never_overwrites_without_force(finished, tmp_path):
     forced = runner.invoke(app, ["export", "bad", "--root", str(finished), "--out", str(mine), "--force"])
     assert forced.exit_code == 0 and "routes.yaml" in tree(mine)
     assert (mine / "notes.txt").read_text() == "keep"
+
+
+def run_cli(tmp_path, data, *flags):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return runner.invoke(app, ["run", str(path), "--root", str(tmp_path), *flags])
+
+
+@pytest.mark.parametrize(("flags", "starts"), [
+    (["--tracking-uri", "bogus://x"], "tracking: 'bogus://x' is not a tracking URI"),
+    (["--tracking-uri", "http://127.0.0.1:9"], "tracking: cannot reach the tracking server at http://127.0.0.1:9"),
+    (["--ray-address", "127.0.0.1:1"], "cluster: cannot reach the Ray cluster at 127.0.0.1:1"),
+    (["--ray-address", "nonsense"], "cluster: the Ray address must be"),
+])
+def test_unreachable_services_are_named_in_seconds_and_nothing_is_written(tmp_path, flags, starts):
+    import time
+
+    begin = time.time()
+    result = run_cli(tmp_path, GOOD, *flags)
+    one_line_error(result, starts)
+    assert time.time() - begin < 15
+    assert not (tmp_path / ".specsweep").exists()
+
+
+def test_a_limit_past_a_million_prompts_is_refused(tmp_path):
+    huge = {**GOOD, "task": {"name": "arith", "limit": 10**15}}
+    one_line_error(run_cli(tmp_path, huge), "spec: task.limit")
+
+
+def test_an_empty_data_file_is_named(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    one_line_error(runner.invoke(app, ["tasks", "sample", "gsm8k", "--data", str(empty)]),
+                   f"data: {empty} holds no records")
+
+
+def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished):
+    from mlflow.tracking import MlflowClient
+
+    state = finished / ".specsweep" / "bad"
+    stored = (state / "spec.yaml").read_text()
+    journal = (state / "study.journal").read_bytes()
+    changed = {**GOOD, "space": {**GOOD["space"], "block": [2, 4]}, "objectives": {"latency_s": "min",
+                                                                                  "accuracy": "max"}}
+    result = run_cli(finished, changed, "--resume")
+    one_line_error(result, "spec: --resume with a changed spec (objectives.latency_s, "
+                           "objectives.throughput_tps, space.block)")
+    assert (state / "spec.yaml").read_text() == stored and (state / "study.journal").read_bytes() == journal
+    client = MlflowClient(f"sqlite:///{finished / '.specsweep' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("bad")
+    parents = client.search_runs([experiment.experiment_id], "tags.`specsweep.role` = 'sweep'")
+    assert [r.info.status for r in parents] == ["FINISHED"]
+    more = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume")
+    assert more.exit_code == 0, more.output  # the budget may change
+
+
+def test_a_sweep_in_use_is_refused_to_a_second_run_or_fresh(finished):
+    from orchestrator.driver import Driver
+    from orchestrator.spec import parse_spec
+
+    holder = Driver(parse_spec(GOOD), yaml.safe_dump(GOOD), finished)
+    holder._lock()
+    try:
+        state = sorted(os.listdir(finished / ".specsweep" / "bad"))
+        for flags in (["--fresh"], ["--resume"]):
+            one_line_error(run_cli(finished, GOOD, *flags), f"sweep 'bad' is in use by pid {os.getpid()}")
+        assert sorted(os.listdir(finished / ".specsweep" / "bad")) == state
+    finally:
+        holder._unlock()

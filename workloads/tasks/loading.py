@@ -44,6 +44,12 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     return builders.pop(), [str(p) for p in files]
 
 
+def _blank(file: str) -> bool:
+    """Whether a data file holds nothing but whitespace (judged from its first 4 KiB)."""
+    with open(file, "rb") as f:
+        return not f.read(4096).strip()
+
+
 def load_records(task: str, source: Source, data: str | Path | None = None) -> list[dict]:
     """Every record of the task's split, in dataset order, each checked for source.fields."""
     import datasets
@@ -54,10 +60,13 @@ def load_records(task: str, source: Source, data: str | Path | None = None) -> l
         if not path.exists():
             raise DataError(f"data: {path} does not exist")
         builder, files = _local_files(path)
+        if all(_blank(f) for f in files):
+            raise DataError(f"data: {path} holds no records ({task} needs {', '.join(source.fields)})")
         try:
             ds = datasets.load_dataset(builder, data_files=files, split="train")
         except Exception as e:  # malformed JSON/parquet surfaces as many exception types
-            raise DataError(f"data: cannot read {path} as {builder}: {str(e).splitlines()[0]}") from e
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise DataError(f"data: cannot read {path} as {builder}: {reason}") from None
         where = str(path)
     else:
         try:
@@ -69,6 +78,8 @@ def load_records(task: str, source: Source, data: str | Path | None = None) -> l
             ) from e
         where = source.hub_id
     records = ds.to_list()
+    if not records:
+        raise DataError(f"data: {where} holds no records ({task} needs {', '.join(source.fields)})")
     for i, record in enumerate(records):
         missing = [f for f in source.fields if f not in record]
         if missing:
