@@ -26,40 +26,48 @@ SPEC = {
 STOPPED_S, RUNNING_S = 0.03, 0.01  # a worker runs a quarter of the time while throttled
 
 
-def throttle_during_baselines(driver: Driver, done: threading.Event) -> None:
-    """Stop and continue the workers (SIGSTOP / SIGCONT) while the driver runs its baselines,
-    and not after: a neighbour that hogs the machine only while `ar` is timed."""
-    while not done.is_set():
-        progress, info = getattr(driver, "progress", None), getattr(driver, "worker_info", None)
-        if progress is not None and info and progress.note == "baselines":
-            break
-        time.sleep(0.005)
+def throttle_during_baselines(driver: Driver, done: threading.Event, cycles: list[int]) -> None:
+    """Stop and continue the workers (SIGSTOP / SIGCONT) from their start until the driver's
+    baselines are over, and not after: a neighbour that hogs the machine only while `ar` is
+    timed. Counts its stop/continue cycles in `cycles`."""
+    while not done.is_set() and not getattr(driver, "worker_info", None):
+        time.sleep(0.001)
     pids = [i["pid"] for i in getattr(driver, "worker_info", [])]
     try:
-        while not done.is_set() and driver.progress.note == "baselines":
+        while not done.is_set() and not getattr(driver, "baselines_done", False):
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
             time.sleep(STOPPED_S)
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
             time.sleep(RUNNING_S)
+            cycles[0] += 1
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
 
 
+class Throttled(Driver):
+    """A driver that says when its baselines are over."""
+
+    def _run_baselines(self) -> None:
+        super()._run_baselines()
+        self.baselines_done = True
+
+
 @pytest.fixture(scope="module")
 def throttled(tmp_path_factory):
     spec = parse_spec(SPEC)
-    driver = Driver(spec, yaml.safe_dump(SPEC), tmp_path_factory.mktemp("throttled"))
-    done = threading.Event()
-    thread = threading.Thread(target=throttle_during_baselines, args=(driver, done), daemon=True)
+    driver = Throttled(spec, yaml.safe_dump(SPEC), tmp_path_factory.mktemp("throttled"))
+    done, cycles = threading.Event(), [0]
+    thread = threading.Thread(target=throttle_during_baselines, args=(driver, done, cycles), daemon=True)
     thread.start()
     try:
         driver.run()
     finally:
         done.set()
         thread.join()
+    assert cycles[0] > 20, "the workers were never throttled"
     return driver
 
 
