@@ -71,7 +71,9 @@ def decode(
 
     from workloads.decoding import DecodeConfig
     from workloads.decoding import decode as run_decode
+    from workloads.decoding.engine import check_kind
     from workloads.models import load_pair
+    from workloads.models.pair import pair_kind
 
     flags = dict(schedule=schedule, block=block, steps=steps, threshold=threshold, unmask=unmask, rule=rule,
                  leniency=leniency, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -90,6 +92,7 @@ def decode(
     if pair is None:
         raise ValueError("--pair: required (or a config file with a 'pair' entry)")
     texts = [prompt] if prompt is not None else read_prompts(prompts)
+    check_kind(pair_kind(pair), cfg)  # before any weights load (and print their progress bars)
     loaded = load_pair(pair)
     for text in texts:
         for sample in range(num_samples):

@@ -188,3 +188,17 @@ def test_a_sweep_in_use_is_refused_to_a_second_run_or_fresh(finished):
         assert sorted(os.listdir(finished / ".specsweep" / "bad")) == state
     finally:
         holder._unlock()
+
+
+def test_decode_settings_a_pair_cannot_run_are_refused_before_it_loads(monkeypatch):
+    import workloads.models
+
+    def never(*args, **kwargs):
+        raise AssertionError("the pair was loaded")
+
+    monkeypatch.setattr(workloads.models, "load_pair", never)
+    decode = ["decode", "--prompt", "1", "--pair"]
+    one_line_error(runner.invoke(app, [*decode, "toy", "--schedule", "quadratic"]),
+                   "schedule: quadratic needs a dual-mode (self) pair")
+    one_line_error(runner.invoke(app, [*decode, "toy-self", "--schedule", "packed", "--steps", "2"]),
+                   "steps: packed on a dual-mode pair")

@@ -73,17 +73,22 @@ def _draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
                          pair.profile.mask_token_id, pair.profile.shifted, vocab, pair.profile.forbidden)
 
 
-def check_pair(pair: Pair, config: DecodeConfig) -> None:
-    if isinstance(pair, SelfPair):
+def check_kind(kind: str, config: DecodeConfig) -> None:
+    """What a pair kind (`self` or `two-model`) cannot run; checkable before any model loads."""
+    if kind == "self":
         if config.schedule in SELF_SCHEDULES:
             check_self(config)
-        if config.verify_order != "ltr" and not pair.profile.any_order:
-            raise ConfigError(f"verify_order: confidence needs a model trained for any-order verification "
-                              f"(profile any_order: true); {pair.name} is left-to-right only")
     elif config.schedule == "quadratic":
         raise ConfigError("schedule: quadratic needs a dual-mode (self) pair; use linear or packed")
     elif config.verify_order != "ltr":
         raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
+
+
+def check_pair(pair: Pair, config: DecodeConfig) -> None:
+    check_kind("self" if isinstance(pair, SelfPair) else "two-model", config)
+    if isinstance(pair, SelfPair) and config.verify_order != "ltr" and not pair.profile.any_order:
+        raise ConfigError(f"verify_order: confidence needs a model trained for any-order verification "
+                          f"(profile any_order: true); {pair.name} is left-to-right only")
 
 
 def _ar(run: Run, verifier: CachedModel, prompt: list[int]) -> None:
