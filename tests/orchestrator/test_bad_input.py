@@ -7,19 +7,11 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from tests.orchestrator import test_sweep_cli
 
 runner = CliRunner()
 
-GOOD = {
-    "name": "bad",
-    "pairs": ["toy"],
-    "task": {"name": "arith", "limit": 2},
-    "space": {"schedule": ["linear"], "block": [2], "max_new_tokens": 8},
-    "objectives": {"throughput_tps": "max", "accuracy": "max"},
-    "search": {"sampler": "grid", "trials": 1, "parallel": 1},
-    "baselines": ["ar"],
-    "cluster": {"slots": 1},
-}
+GOOD = {**test_sweep_cli.GOOD, "name": "bad"}  # the smallest sweep that runs
 
 
 def one_line_error(result, starts: str) -> None:
