@@ -31,6 +31,7 @@ import optuna
 import ray
 import yaml
 
+from orchestrator.files import write_atomic
 from orchestrator.metrics import (
     control_speed,
     controlled_ratios,
@@ -213,7 +214,7 @@ class Driver:
             raise SweepError(f"sweep {self.spec.name!r}: nothing to resume in {self.dir}")
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "shards").mkdir(exist_ok=True)
-        (self.dir / "spec.yaml").write_text(self.spec_yaml)
+        write_atomic(self.dir / "spec.yaml", self.spec_yaml)
 
     def _lock(self) -> None:
         """Hold `.specsweep/<name>.lock` for this process's life: a second run, resume or
@@ -334,12 +335,20 @@ class Driver:
         job = Job(key, label, candidate, shards, trial)
         self.jobs[key] = job
         for i, shard in enumerate(shards):
-            cached = self._cache_path(shard)
-            if cached.is_file():
-                job.results[i] = json.loads(cached.read_text())
+            cached = self._read_cache(self._cache_path(shard))
+            if cached is not None:
+                job.results[i] = cached
             else:
                 self.pending.append((job, i, None))
         return job
+
+    @staticmethod
+    def _read_cache(path: Path) -> dict | None:
+        """A finished shard's result, or None when absent or unreadable (decoded again)."""
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
 
     def _cache_path(self, shard: Shard) -> Path:
         key = json.dumps(
@@ -399,7 +408,7 @@ class Driver:
                     continue
             else:
                 job.results[i] = out
-                self._cache_path(job.shards[i]).write_text(json.dumps(out))
+                write_atomic(self._cache_path(job.shards[i]), json.dumps(out))
             if job.error is not None:
                 self.pending = [p for p in self.pending if p[0] is not job]
                 if not any(j is job for j, _, _ in self.inflight.values()):
@@ -621,7 +630,7 @@ class Driver:
         for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
             self.tracker.attach(self.parent_run, path, "plots")
         report = timing_report(self.study)
-        (self.dir / "timing.json").write_text(json.dumps(report, indent=1))
+        write_atomic(self.dir / "timing.json", json.dumps(report, indent=1))
         self.tracker.attach(self.parent_run, self.dir / "timing.json", "")
         self.tracker.log_sweep_metrics(self.parent_run, {
             f"{name}.{pair}": d[name] for pair, d in report["drift"].items()

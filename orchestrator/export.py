@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.files import write_atomic
 from orchestrator.timing import timing_report
 
 _WHERE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
@@ -162,10 +163,10 @@ def export_configs(
         if notes:
             document["note"] = "; ".join(notes)
         path = out / f"trial{row['trial']}.yaml"
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
         written.append(path)
     table = routes(kept, floors)
-    (out / "routes.yaml").write_text(yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
+    write_atomic(out / "routes.yaml", yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
     for row in table:  # a route names a file: make sure it exists even when --pick left it out
         if row["trial"] is not None and not (out / row["file"]).exists():
             source = next(r for r in kept if r["trial"] == row["trial"])

@@ -22,6 +22,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from orchestrator.files import write_atomic  # noqa: E402
+
 
 def default_uri(state_root: Path) -> str:
     """A local sqlite store next to the sweep state (file stores are refused by MLflow 3)."""
@@ -190,5 +192,5 @@ class Tracker:
         """Write unsent trial logs for the next session; returns how many."""
         if self.queue:
             self.pending_file.parent.mkdir(parents=True, exist_ok=True)
-            self.pending_file.write_text("".join(json.dumps(log.__dict__) + "\n" for log in self.queue))
+            write_atomic(self.pending_file, "".join(json.dumps(log.__dict__) + "\n" for log in self.queue))
         return len(self.queue)
