@@ -171,6 +171,7 @@ class Driver:
         self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
         self.inflight: dict = {}  # ray ref -> (job, shard index, worker index)
         self.load: dict[int, int] = {}  # shards queued or running per worker
+        self.restarting: dict[int, ray.ObjectRef] = {}  # dead workers -> the probe that says they are back
         self.decode_s = 0.0  # Σ wall_s of the decodes of finished trials
         self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
 
@@ -364,8 +365,8 @@ class Driver:
         while self.pending:
             placed = False
             for n, (job, i, avoid) in enumerate(self.pending):
-                open_slots = [w for w, load in self.load.items()
-                              if load < DEPTH and job.candidate.pair in self.serves[w]]
+                open_slots = [w for w, load in self.load.items() if load < DEPTH and w not in self.restarting
+                              and job.candidate.pair in self.serves[w]]
                 if not open_slots:
                     continue
                 others = [w for w in open_slots if w != avoid]
@@ -381,20 +382,40 @@ class Driver:
             if not placed:
                 return
 
+    def _probe(self, worker: int) -> None:
+        """Ask a dead worker for its info: the answer comes once Ray has restarted it, and
+        until then no shard is handed to it (a retry would only fail again)."""
+        self.restarting[worker] = self.workers[worker].info.remote()
+
+    def _restarted(self, ref) -> None:
+        worker = next(w for w, probe in self.restarting.items() if probe == ref)
+        try:
+            self.worker_info[worker] = ray.get(ref)
+            del self.restarting[worker]
+        except ray.exceptions.RayError:  # not back yet
+            time.sleep(0.2)
+            self._probe(worker)
+
     def _collect(self, timeout: float) -> list[Job]:
         """Wait for shard results; returns jobs that became complete or failed."""
-        if not self.inflight:
+        if not self.inflight and not self.restarting:
             return []
-        ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+        probes = list(self.restarting.values())
+        ready, _ = ray.wait(list(self.inflight) + probes, num_returns=1, timeout=timeout)
         finished = []
         for ref in ready:
+            if ref in probes:
+                self._restarted(ref)
+                continue
             job, i, worker = self.inflight.pop(ref)
             self.load[worker] -= 1
             try:
                 out = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                job.lost[i] = job.lost.get(i, 0) + 1
-                if job.lost[i] >= MAX_LOST:
+                if worker not in self.restarting:  # one death, however many calls it fails
+                    job.lost[i] = job.lost.get(i, 0) + 1
+                    self._probe(worker)
+                if job.lost.get(i, 0) >= MAX_LOST:
                     job.error = f"shard {i}: its worker died {MAX_LOST} times"
                 else:
                     self.pending.insert(0, (job, i, worker))

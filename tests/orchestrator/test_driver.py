@@ -176,6 +176,22 @@ def test_killed_worker_loses_and_duplicates_nothing(tmp_path):
             assert r.info.status == "FINISHED"
 
 
+def test_killing_the_only_worker_waits_for_its_restart(tmp_path):
+    """With one slot, the shard in flight is retried once Ray has restarted the worker, not
+    burnt on calls to a worker that is still coming back."""
+    data = {**SPEC, "pairs": ["toy"], "search": {**SPEC["search"], "trials": 3, "parallel": 1},
+            "baselines": ["ar"], "cluster": {**SPEC["cluster"], "slots": 1}}
+    killer = KillWorker()
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, on_progress=killer)
+    killer.driver = driver
+    driver.run()
+    assert killer.done
+    trials = driver.study.get_trials()
+    assert [t.state for t in trials].count(optuna.trial.TrialState.COMPLETE) == 3, [
+        t.user_attrs.get("error") for t in trials]
+    assert driver.restarting == {}
+
+
 def test_model_guided_search_enqueues_the_predicted_frontier_first(tmp_path):
     from orchestrator.driver import open_study
 
