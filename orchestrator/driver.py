@@ -71,6 +71,30 @@ def study_storage(path: Path, spec: SweepSpec):
     return JournalStorage(JournalFileBackend(str(path / "study.journal")))
 
 
+def journal_cut(path: Path) -> int:
+    """Bytes after the journal's last newline: a record cut short by a crash or a full disk
+    (its change is lost, and Optuna would append the next record onto it)."""
+    journal = path / "study.journal"
+    if not journal.is_file() or journal.stat().st_size == 0:
+        return 0
+    with open(journal, "rb") as f:
+        f.seek(max(0, journal.stat().st_size - (1 << 16)))
+        tail = f.read()
+    return len(tail) - tail.rfind(b"\n") - 1 if b"\n" in tail else len(tail)
+
+
+def repair_journal(path: Path) -> int:
+    """Cut a journal back to its last whole record, keeping the damaged copy beside it as
+    study.journal.damaged; returns the bytes cut (0: nothing to repair)."""
+    cut = journal_cut(path)
+    if cut:
+        journal = path / "study.journal"
+        shutil.copyfile(journal, path / "study.journal.damaged")
+        with open(journal, "r+b") as f:
+            f.truncate(journal.stat().st_size - cut)
+    return cut
+
+
 def study_exists(path: Path, spec: SweepSpec) -> bool:
     if spec.search.storage is None:
         return (path / "study.journal").exists()
@@ -203,6 +227,8 @@ class Driver:
     def _open_state(self, resume: bool, fresh: bool) -> None:
         if resume:
             check_resumable(self.dir, self.spec)
+            # the trial whose record was cut shows as running: it is asked again, from the cache
+            self.journal_repaired = repair_journal(self.dir)
         if fresh and study_exists(self.dir, self.spec) and self.spec.search.storage:
             optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
         if fresh and self.dir.exists():

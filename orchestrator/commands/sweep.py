@@ -172,9 +172,14 @@ def status(
     """Trials finished, failed and in flight; baselines; frontier size; where results are."""
     import optuna
 
-    from orchestrator.driver import frontier, load_sweep
+    from orchestrator.driver import frontier, journal_cut, load_sweep, state_dir
 
     spec, study = load_sweep(root, name)
+    cut = journal_cut(state_dir(root, name))
+    if cut:
+        typer.echo(f"warning: the study journal's last record is cut short ({cut} bytes): its change is lost "
+                   f"and that trial shows as running; `specsweep run SPEC --resume` repairs the journal and "
+                   f"asks it again")
     trials = study.get_trials(deepcopy=False)
     count = lambda state: sum(t.state == state for t in trials)  # noqa: E731
     interrupted = sum(bool(t.user_attrs.get("interrupted")) for t in trials)

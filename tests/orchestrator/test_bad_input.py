@@ -194,3 +194,27 @@ def test_decode_settings_a_pair_cannot_run_are_refused_before_it_loads(monkeypat
                    "schedule: quadratic needs a dual-mode (self) pair")
     one_line_error(runner.invoke(app, [*decode, "toy-self", "--schedule", "packed", "--steps", "2"]),
                    "steps: packed on a dual-mode pair")
+
+
+def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished):
+    import optuna
+
+    from orchestrator.driver import load_sweep
+
+    state = finished / ".specsweep" / "bad"
+    journal = state / "study.journal"
+    complete = optuna.trial.TrialState.COMPLETE
+    before = len(load_sweep(finished, "bad")[1].get_trials(states=(complete,)))
+    data = journal.read_bytes()
+    journal.write_bytes(data[:-20])  # the last record (the last trial's tell) cut short
+    status = runner.invoke(app, ["status", "bad", "--root", str(finished)])
+    assert status.exit_code == 0 and "warning: the study journal's last record is cut short" in status.output
+    resumed = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert (state / "study.journal.damaged").read_bytes() == data[:-20]
+    assert journal.read_bytes().endswith(b"\n")
+    _, study = load_sweep(finished, "bad")
+    assert len(study.get_trials(states=(complete,))) == before  # the cut trial ran again from the cache
+    assert study.get_trials(states=(optuna.trial.TrialState.RUNNING,)) == []
+    again = runner.invoke(app, ["status", "bad", "--root", str(finished)])
+    assert "warning" not in again.output and f"{before} complete" in again.output
