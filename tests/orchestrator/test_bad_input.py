@@ -218,3 +218,33 @@ def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished):
     assert study.get_trials(states=(optuna.trial.TrialState.RUNNING,)) == []
     again = runner.invoke(app, ["status", "bad", "--root", str(finished)])
     assert "warning" not in again.output and f"{before} complete" in again.output
+
+
+@pytest.fixture
+def broken_model(tmp_path):
+    """A copy of the bundled dual-mode model, to damage."""
+    import shutil
+    from pathlib import Path
+
+    import workloads.models
+
+    source = Path(workloads.models.__file__).with_name("toy") / "self"
+    return Path(shutil.copytree(source, tmp_path / "model"))
+
+
+@pytest.mark.parametrize(("damage", "starts"), [
+    ("config", "spec: pairs: pair.model: {dir}/config.json is not valid JSON"),
+    ("weights", "spec: pairs: pair.model: {dir}/model.safetensors is cut short"),
+])
+def test_a_damaged_model_directory_is_named_before_anything_runs(tmp_path, broken_model, damage, starts):
+    if damage == "config":
+        (broken_model / "config.json").write_text('{"architectures": [')
+    else:
+        weights = broken_model / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-1000])
+    spec = {**GOOD, "pairs": [{"name": "broken", "model": str(broken_model)}], "space": {
+        "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
+    root = tmp_path / "root"
+    root.mkdir()
+    one_line_error(run_cli(root, spec), starts.format(dir=broken_model))
+    assert os.listdir(root) == ["spec.yaml"]

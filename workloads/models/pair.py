@@ -12,6 +12,7 @@ unless the spec asks). A local directory and a hub id go through the same
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,9 +159,36 @@ def _resolve(spec: str | dict) -> tuple[str, dict]:
     return name, spec
 
 
+def check_model_dir(field: str, path: Path) -> None:
+    """A local model directory whose files can be loaded, judged without loading weights:
+    config.json is a JSON object, and every safetensors file holds a readable header whose
+    tensors fit in the file (a copy cut short fails here, not as a loader traceback)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as err:
+        raise PairError(f"pair.{field}: {path / 'config.json'} is not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise PairError(f"pair.{field}: {path / 'config.json'} must hold a JSON object")
+    for weights in sorted(path.glob("*.safetensors")):
+        size = weights.stat().st_size
+        try:
+            with open(weights, "rb") as f:
+                length = int.from_bytes(f.read(8), "little")
+                if not 0 < length <= size - 8:
+                    raise ValueError(f"header length {length} in a file of {size} bytes")
+                header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise PairError(f"pair.{field}: {weights} is not a readable safetensors file ({err})") from None
+        if 8 + length + end > size:
+            raise PairError(f"pair.{field}: {weights} is cut short ({size} bytes; its header needs "
+                            f"{8 + length + end}); copy it again")
+
+
 def pair_kind(spec: str | dict) -> str:
     """`self` or `two-model` for a pair spec, checked without loading any weights: local
-    paths must be model directories; hub ids are only checked when loaded."""
+    paths must be loadable model directories (`check_model_dir`); hub ids are only checked
+    when loaded."""
     _, spec = _resolve(spec)
     keys = set(spec) - {"name", "profile", *OPTIONS}
     if keys not in ({"model"}, {"drafter", "verifier"}):
@@ -170,8 +198,10 @@ def pair_kind(spec: str | dict) -> str:
         ref = spec[field]
         if not isinstance(ref, str) or not ref:
             raise PairError(f"pair.{field}: expected a local path or hub id, got {ref!r}")
-        if _looks_like_path(ref) and not (Path(ref).expanduser() / "config.json").is_file():
-            raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
+        if _looks_like_path(ref):
+            if not (Path(ref).expanduser() / "config.json").is_file():
+                raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
+            check_model_dir(field, Path(ref).expanduser())
     return "self" if keys == {"model"} else "two-model"
 
 
