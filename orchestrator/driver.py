@@ -217,9 +217,16 @@ class Driver:
         check_reachable(self.tracking_uri)
         if self.ray_address:
             check_ray_head(self.ray_address)
-        self._lock()
+        existed = self.dir.exists()
         try:
+            self._lock()
             self._open_state(resume, fresh)
+        except OSError as err:  # a read-only root, a full disk: leave nothing half made
+            if not existed:
+                shutil.rmtree(self.dir, ignore_errors=True)
+            self._unlock()
+            raise SweepError(f"--root: cannot write the sweep state in {self.dir} "
+                             f"({err.strerror or err})") from None
         except BaseException:
             self._unlock()
             raise

@@ -248,3 +248,21 @@ def test_a_damaged_model_directory_is_named_before_anything_runs(tmp_path, broke
     root.mkdir()
     one_line_error(run_cli(root, spec), starts.format(dir=broken_model))
     assert os.listdir(root) == ["spec.yaml"]
+
+
+def test_a_read_only_root_is_one_line(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    result = runner.invoke(app, ["run", str(path), "--root", "/sys/kernel"])  # not writable, even by root
+    one_line_error(result, "--root: cannot write the sweep state in /sys/kernel/.specsweep/bad")
+
+
+def test_a_full_disk_during_setup_leaves_nothing(tmp_path, monkeypatch):
+    import orchestrator.driver
+
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(orchestrator.driver, "write_atomic", full)
+    one_line_error(run_cli(tmp_path, GOOD), "--root: cannot write the sweep state")
+    assert tree(tmp_path) == ["spec.yaml"]
