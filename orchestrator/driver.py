@@ -235,7 +235,7 @@ class Driver:
         if resume:
             check_resumable(self.dir, self.spec)
             # the trial whose record was cut shows as running: it is asked again, from the cache
-            self.journal_repaired = repair_journal(self.dir)
+            repair_journal(self.dir)
         if fresh and study_exists(self.dir, self.spec) and self.spec.search.storage:
             optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
         if fresh and self.dir.exists():
@@ -251,14 +251,14 @@ class Driver:
         write_atomic(self.dir / "spec.yaml", self.spec_yaml)
 
     def _lock(self) -> None:
-        """Hold `.specsweep/<name>.lock` for this process's life: a second run, resume or
+        """Hold `.specsweep/<name>.lock` until the run ends (`_unlock`): a second run, resume or
         --fresh of the same sweep is refused instead of sharing or deleting live state."""
         import fcntl
         import os
 
         path = state_dir(self.root, self.spec.name).with_suffix(".lock")
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+")  # noqa: SIM115 (held open until the process ends)
+        handle = open(path, "a+")  # noqa: SIM115 (held open until _unlock)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -89,17 +89,17 @@ class PairWorker:
                 os._exit(1)  # a broken engine: let Ray restart this worker
             raise
 
-    def _warm_up(self, shard: Shard, configs: list[DecodeConfig], prompts: list[str]) -> int:
+    def _warm_up(self, name: str, pair, configs: list[DecodeConfig], prompts: list[str]) -> int:
         """Untimed decodes of the first WARMUP prompts, once per pair and process; returns
         how many were made (0 when the pair is already warm)."""
-        if shard.pair in self.warm:
+        if name in self.warm:
             return 0
         made = 0
         for prompt in prompts[:WARMUP]:
             for config in configs:
-                self._decode(self._pair(shard.pair), prompt, config)
+                self._decode(pair, prompt, config)
                 made += 1
-        self.warm.add(shard.pair)
+        self.warm.add(name)
         return made
 
     def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
@@ -110,7 +110,8 @@ class PairWorker:
         pair = self._pair(shard.pair)
         base = DecodeConfig.from_dict(shard.config)
         control = DecodeConfig.from_dict(shard.control) if shard.control else None
-        warmup = self._warm_up(shard, [base] + ([control] if control else []), [p for _, p in items])
+        configs = [base] + ([control] if control else [])
+        warmup = self._warm_up(shard.pair, pair, configs, [p for _, p in items])
         controlled = set(control_positions(len(items))) if control else set()
         records, controls = [], []
         for position, (example, prompt) in enumerate(items):
