@@ -31,6 +31,7 @@ import optuna
 import ray
 import yaml
 
+from orchestrator import raycluster
 from orchestrator.files import write_atomic
 from orchestrator.metrics import (
     control_speed,
@@ -41,7 +42,7 @@ from orchestrator.metrics import (
 )
 from orchestrator.space import Candidate, choose_config, grid, params_key
 from orchestrator.spec import SpecError, SweepSpec, constraint_terms
-from orchestrator.tracking import Tracker, TrialLog, check_reachable, default_uri
+from orchestrator.tracking import Tracker, TrackingError, TrialLog, check_reachable, default_uri
 from orchestrator.workers import Shard, start_workers
 from workloads.decoding import DecodeConfig, is_exact
 from workloads.tasks import get_task
@@ -216,7 +217,7 @@ class Driver:
         self.prompts = self._format_prompts(task)
         check_reachable(self.tracking_uri)
         if self.ray_address:
-            check_ray_head(self.ray_address)
+            raycluster.check_head(self.ray_address)
         existed = self.dir.exists()
         try:
             self._lock()
@@ -302,35 +303,9 @@ class Driver:
                 raise SpecError(f"spec: task.{err} (pair {pair.name})") from None
         return out
 
-    def _start_ray(self) -> None:
-        import os
-
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        c = self.spec.cluster
-        if self.ray_address:
-            ray.init(address=self.ray_address, log_to_driver=False)
-            return
-        slots = 1 if c.slots == "auto" else c.slots
-        resources = {} if c.resource in ("cpu", "gpu") else {c.resource: slots}
-        temp = Path("/tmp") / f"specsweep-ray-{os.getuid()}"  # unix socket paths must stay short
-        ray.init(num_cpus=slots + 1, resources=resources, include_dashboard=False, _temp_dir=str(temp),
-                 log_to_driver=False, configure_logging=False)
-
-    def _slot_count(self) -> int:
-        c = self.spec.cluster
-        if c.slots != "auto":
-            return c.slots
-        if c.resource == "cpu":
-            return c.cpu_slots_per_node * len([n for n in ray.nodes() if n["Alive"]])
-        key = "GPU" if c.resource == "gpu" else c.resource
-        count = int(ray.cluster_resources().get(key, 0))
-        if count < 1:
-            raise SweepError(f"cluster.slots: auto found no {key!r} resource on the Ray cluster")
-        return count
-
     def _start_workers(self) -> None:
         names = [p.name for p in self.spec.pairs]
-        slots = self._slot_count()
+        slots = raycluster.slot_count(self.spec.cluster)
         if self.spec.cluster.placement == "split":
             self.serves = {i: [names[i % len(names)]] for i in range(slots)}
         else:
@@ -648,7 +623,7 @@ class Driver:
         signal.signal(signal.SIGTERM, _raise_interrupt)
         self.started = time.time()
         try:
-            self._start_ray()
+            raycluster.start(self.spec.cluster, self.ray_address)
             self._start_workers()
             self._run_baselines()
             self._run_trials()
@@ -670,7 +645,9 @@ class Driver:
 
     def _send_logs(self) -> None:
         self.tracker.stop_background()
-        unsent = 0 if self.tracker.flush() else self.tracker.save_pending()
+        # a server that is already failing gets one more try, not three timed-out rounds
+        sent = self.tracker.flush(retries=1 if self.tracker.failing else 3)
+        unsent = 0 if sent else self.tracker.save_pending()
         if unsent:
             self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
 
@@ -794,7 +771,8 @@ class Driver:
                 self.study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
         self.jobs.clear()
         self.tracker.stop_background()
-        self.tracker.end_sweep(self.parent_run, status)
+        with contextlib.suppress(TrackingError):  # the error that brought us here says it already
+            self.tracker.end_sweep(self.parent_run, status)
 
 
 def _raise_interrupt(signum, frame):
@@ -837,23 +815,6 @@ def check_resumable(path: Path, spec: SweepSpec) -> None:
     if changed:
         raise SweepError(f"spec: --resume with a changed spec ({', '.join(changed)}); restore it or start "
                          "over with --fresh")
-
-
-def check_ray_head(address: str, timeout: float = 5.0) -> None:
-    """Refuse a Ray address whose host:port does not accept a connection within `timeout`."""
-    import socket
-
-    if address == "auto":
-        return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise SweepError(f"cluster: the Ray address must be auto, host:port or ray://host:port; "
-                         f"got {address!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as err:
-        raise SweepError(f"cluster: cannot reach the Ray cluster at {address} (waited {timeout:g} s: "
-                         f"{err.strerror or err})") from None
 
 
 def frontier(study: optuna.Study, spec: SweepSpec) -> list[optuna.trial.FrozenTrial]:

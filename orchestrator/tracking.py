@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# MLflow's defaults (120 s per request, 7 retries with doubling pauses) stall a sweep for
+# minutes on a dead server; a call now fails within about 2 * 15 + 2 s and the logs queue.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 
 from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -57,6 +61,10 @@ def check_reachable(uri: str, timeout: float = REACH_S) -> None:
                          f"{reason})") from None
 
 
+class TrackingError(ValueError):
+    """The tracking server stopped answering a call on the sweep's parent run."""
+
+
 @dataclass
 class TrialLog:
     """Everything one nested run holds; `run_id` is set once the run exists."""
@@ -82,6 +90,7 @@ class Tracker:
         self._lock = threading.Lock()  # one sender at a time: the background thread or flush
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.failing = False  # the last send of the trial queue failed
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
             self.experiment_id = found.experiment_id
@@ -107,22 +116,33 @@ class Tracker:
         self.client.log_text(run.info.run_id, spec_yaml, "spec.yaml")
         return run.info.run_id
 
-    def end_sweep(self, run_id: str, status: str) -> None:
+    def _on_parent(self, what: str, call, *args, **kwargs) -> None:
+        """One call on the parent run; a server that fails it is one TrackingError naming the
+        URI (what the parent run lacks is redone by `--resume`, which ends it again)."""
+        started = time.monotonic()
         with self._lock:
-            self.client.set_terminated(run_id, status=status)
+            try:
+                call(*args, **kwargs)
+            except Exception as err:
+                reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                raise TrackingError(
+                    f"tracking: the tracking server at {self.uri} failed to {what} after "
+                    f"{time.monotonic() - started:.0f} s ({reason}); the sweep's state is kept: "
+                    "rerun with --resume once it answers") from None
+
+    def end_sweep(self, run_id: str, status: str) -> None:
+        self._on_parent(f"end the sweep's run as {status}", self.client.set_terminated, run_id, status=status)
 
     def attach(self, run_id: str, path: Path, folder: str) -> None:
-        with self._lock:
-            self.client.log_artifact(run_id, str(path), folder)
+        self._on_parent(f"store {path.name}", self.client.log_artifact, run_id, str(path), folder)
 
     def tag_sweep(self, run_id: str, key: str, value: str) -> None:
-        with self._lock:
-            self.client.set_tag(run_id, key, value)
+        self._on_parent(f"tag the sweep's run with {key}", self.client.set_tag, run_id, key, value)
 
     def log_sweep_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         now = int(time.time() * 1000)
-        with self._lock:
-            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+        self._on_parent("log the sweep's metrics", self.client.log_batch, run_id,
+                        metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
 
     def log_trial(self, log: TrialLog) -> None:
         self.queue.append(log)
@@ -155,8 +175,10 @@ class Tracker:
                 try:
                     self._send(self.queue[0])
                 except Exception:  # server down, timeouts: keep it queued, try again later
+                    self.failing = True
                     return False
                 self.queue.pop(0)
+            self.failing = False
             return True
 
     def _send(self, log: TrialLog) -> None:
