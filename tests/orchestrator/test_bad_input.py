@@ -266,3 +266,25 @@ def test_a_full_disk_during_setup_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(orchestrator.driver, "write_atomic", full)
     one_line_error(run_cli(tmp_path, GOOD), "--root: cannot write the sweep state")
     assert tree(tmp_path) == ["spec.yaml"]
+
+
+def test_a_damaged_copy_in_the_hub_cache_is_named_before_anything_runs(tmp_path, broken_model, monkeypatch):
+    """A hub id resolved offline from the local hub cache gets the same checks as a local path."""
+    import shutil
+
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--broken" / "snapshots" / "abc123"
+    shutil.copytree(broken_model, snapshot)
+    (cache / "models--org--broken" / "refs").mkdir()
+    (cache / "models--org--broken" / "refs" / "main").write_text("abc123")
+    weights = snapshot / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    spec = {**GOOD, "pairs": [{"name": "broken", "model": "org/broken"}], "space": {
+        "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
+    root = tmp_path / "root"
+    root.mkdir()
+    one_line_error(run_cli(root, spec), f"spec: pairs: pair.model: {weights} is cut short")
+    assert os.listdir(root) == ["spec.yaml"]

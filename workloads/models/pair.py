@@ -185,10 +185,21 @@ def check_model_dir(field: str, path: Path) -> None:
                             f"{8 + length + end}); copy it again")
 
 
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The folder of `repo_id` in the local hub cache, or None (not cached or not a repo id)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # not a valid repo id: the loader names it
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def pair_kind(spec: str | dict) -> str:
     """`self` or `two-model` for a pair spec, checked without loading any weights: local
-    paths must be loadable model directories (`check_model_dir`); hub ids are only checked
-    when loaded."""
+    paths, and hub ids already in the local hub cache, must be loadable model directories
+    (`check_model_dir`); other hub ids are checked when loaded."""
     _, spec = _resolve(spec)
     keys = set(spec) - {"name", "profile", *OPTIONS}
     if keys not in ({"model"}, {"drafter", "verifier"}):
@@ -202,6 +213,8 @@ def pair_kind(spec: str | dict) -> str:
             if not (Path(ref).expanduser() / "config.json").is_file():
                 raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
             check_model_dir(field, Path(ref).expanduser())
+        elif (cached := _cached_snapshot(ref)) is not None:
+            check_model_dir(field, cached)
     return "self" if keys == {"model"} else "two-model"
 
 
