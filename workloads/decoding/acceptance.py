@@ -29,8 +29,10 @@ RULES = ("lossless", "linear", "cactus", "match")
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """accepted: how many leading drafted tokens were kept; token: the recovered or bonus token."""
+class Verification:
+    """The outcome of verifying one draft. accepted: how many leading drafted tokens were
+    kept; token: the recovered token at the first rejection, or the bonus token when every
+    drafted token was accepted."""
 
     accepted: int
     token: int
@@ -106,7 +108,7 @@ def verify(
     uniforms: torch.Tensor,
     noise: torch.Tensor,
     leniency: float = 0.0,
-) -> Verdict:
+) -> Verification:
     """Accept drafted tokens left to right until the first rejection.
 
     p: (B + 1, V) verifier distributions p_i = p(· | h, y_<i); the last row gives the bonus.
@@ -125,20 +127,22 @@ def verify(
         ok = uniforms * q.gather(1, draft[:, None]).squeeze(1) < t.gather(1, draft[:, None]).squeeze(1)
     accepted = int(ok.long().cumprod(0).sum()) if n else 0
     if accepted == n:
-        return Verdict(accepted, int(draw(p[n], noise[n])))
-    if rule == "match":
-        return Verdict(accepted, int(sampled[accepted]))
+        bonus = int(draw(p[n], noise[n]))
+        return Verification(accepted, bonus)
+    if rule == "match":  # a slot emits its own draw x ~ t whether or not the drafted y matched it
+        return Verification(accepted, int(sampled[accepted]))
     weights = residual(t[accepted], q[accepted])
     if not bool(weights.gt(0).any()):  # t ≈ q up to rounding: any draw from t is right
         weights = t[accepted]
-    return Verdict(accepted, int(draw(weights, noise[accepted])))
+    recovered = int(draw(weights, noise[accepted]))
+    return Verification(accepted, recovered)
 
 
-def greedy_verify(logits: torch.Tensor, drafted: torch.Tensor) -> Verdict:
+def verify_greedy(logits: torch.Tensor, drafted: torch.Tensor) -> Verification:
     """`lossless` at verifier temperature 0, without sampling machinery: p_i is one-hot at
     argmax, so y_i is accepted iff it is the argmax, and the recovered or bonus token is the
     argmax of the first row not accepted. logits (B + 1, V), drafted (B,)."""
     best = logits.argmax(-1)  # (B + 1,)
     n = drafted.shape[0]
     accepted = int((best[:n] == drafted).long().cumprod(0).sum()) if n else 0
-    return Verdict(accepted, int(best[accepted]))
+    return Verification(accepted, int(best[accepted]))

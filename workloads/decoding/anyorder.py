@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from workloads.decoding.calls import CachedModel
 from workloads.decoding.drafting import DraftSettings, slot_logits
 from workloads.decoding.selfspec import call
-from workloads.decoding.verifying import Run
+from workloads.decoding.state import DecodeState
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,10 @@ def confidence_order(unresolved: list[int], drafts: dict[int, tuple[int, float]]
     return sorted(unresolved, key=lambda j: (j not in drafts, -drafts[j][1] if j in drafts else 0.0, j))
 
 
-def anyorder_packed(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> list[Step]:
-    width, mask, eos = run.config.block - 1, settings.mask_token_id, run.out.eos
-    end = run.config.max_new_tokens  # E: the output is positions 0 .. end - 1
+def anyorder_packed(state: DecodeState, model: CachedModel, prompt: list[int],
+                    settings: DraftSettings) -> list[Step]:
+    width, mask, eos = state.config.block - 1, settings.mask_token_id, state.out.eos
+    end = state.config.max_new_tokens  # E: the output is positions 0 .. end - 1
     accepted: dict[int, int] = {}
     drafts: dict[int, tuple[int, float]] = {}  # position -> (token, score)
     pending = list(prompt)  # the contiguous prefix not yet cached, ending with `last`
@@ -78,15 +79,15 @@ def anyorder_packed(run: Run, model: CachedModel, prompt: list[int], settings: D
         best = probs.max(-1)
         drafts = {j: (int(best.indices[j - contiguous]), float(best.values[j - contiguous]))
                   for j in unresolved if j not in accepted and j < end}
-        run.iterations += 1
-        run.drafted += kappa
-        run.accepted += h
-        run.accept_lengths.append(h)
+        state.iterations += 1
+        state.drafted += kappa
+        state.accepted += h
+        state.accept_lengths.append(h)
         steps.append(Step(order, a))
         grown = contiguous
         while grown in accepted:
             grown += 1
         pending = pending[-1:] + [accepted[j] for j in range(contiguous, grown)]
         contiguous = grown
-    run.out.extend([accepted[j] for j in range(end)])
+    state.out.extend([accepted[j] for j in range(end)])
     return steps

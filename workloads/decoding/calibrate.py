@@ -15,7 +15,7 @@ import torch
 from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.drafting import DraftSettings, diffusion_draft
-from workloads.decoding.engine import _models, decode
+from workloads.decoding.engine import decode, networks, verifier_vocab
 from workloads.models.pair import Pair
 
 
@@ -24,8 +24,12 @@ def calibrate(
     pair: Pair, prompts: list[str], steps: list[int], block: int, max_new_tokens: int = 64, seed: int = 0
 ) -> dict:
     """{"steps", "d_k", "draft_s" (per K: mean round time), "verify_s", "positions"}."""
-    drafter_model, verifier_model = _models(pair)
+    drafter_model, verifier_model = networks(pair)
     generator = torch.Generator(device=verifier_model.device).manual_seed(seed)
+    settings = {k: DraftSettings(steps=k, threshold=None, unmask="ltr", temperature=1.0, top_k=0, top_p=1.0,
+                                 mask_token_id=pair.profile.mask_token_id, shifted=pair.profile.shifted,
+                                 vocab=verifier_vocab(pair), forbidden=pair.profile.forbidden)
+                for k in steps}
     tv = {k: [] for k in steps}
     draft_s = {k: [] for k in steps}
     verify_s = []
@@ -38,12 +42,9 @@ def calibrate(
             for k in steps:
                 drafter = CachedModel(drafter_model, Meter())
                 drafter.causal(prefix[:-1])
-                settings = DraftSettings(
-                    k, None, "ltr", 1.0, 0, 1.0, pair.profile.mask_token_id, pair.profile.shifted
-                )
                 sync(drafter.device)
                 t0 = time.perf_counter()
-                draft = diffusion_draft(drafter, [], prefix[-1], block, settings, generator)
+                draft = diffusion_draft(drafter, [], prefix[-1], block, settings[k], generator)
                 sync(drafter.device)
                 draft_s[k].append(time.perf_counter() - t0)
                 verifier = CachedModel(verifier_model, Meter())

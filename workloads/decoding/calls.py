@@ -99,11 +99,9 @@ class CachedModel:
         cache. Keeps the first `keep` rows in the cache. Returns logits (q, V)."""
         ids = torch.as_tensor(ids, device=self.device).view(1, -1)
         q = ids.shape[1]
-        if mask is not None:
-            pass
-        elif visible is not None:
+        if mask is None and visible is not None:
             mask = additive(rows_after_cache(self.length, visible)[None], self.dtype).to(self.device)
-        elif q > 1:
+        elif mask is None and q > 1:  # a single row attends to the whole cache: no mask needed
             mask = self._causal_mask(self.length, q)
         began = self.meter.start(self.device)
         if self.prefix_cache:

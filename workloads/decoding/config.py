@@ -45,10 +45,6 @@ class DecodeConfig:
         self.validate()
 
     @property
-    def uses_drafter(self) -> bool:
-        return self.schedule != "ar"
-
-    @property
     def k(self) -> int | None:
         """Denoising steps, or None under the threshold rule."""
         return None if self.threshold is not None else (self.steps or 1)

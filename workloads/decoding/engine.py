@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
+from transformers import PreTrainedModel
 
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter, side_stream, sync
@@ -31,7 +32,8 @@ from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
 from workloads.decoding.output import Output
 from workloads.decoding.selfspec import SELF_SCHEDULES, check_self, self_speculative
-from workloads.decoding.verifying import Run, settle, verify_call, verify_step
+from workloads.decoding.state import DecodeState
+from workloads.decoding.verifying import verify_finish, verify_forward, verify_step
 from workloads.models.pair import Pair, SelfPair
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
@@ -59,18 +61,26 @@ class DecodeResult:
         return asdict(self)
 
 
-def _models(pair: Pair):
-    if isinstance(pair, SelfPair):  # one network in both modes
+def networks(pair: Pair) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """The (drafter, verifier) networks of `pair`; a dual-mode pair's one network is both."""
+    if isinstance(pair, SelfPair):
         return pair.model, pair.model
     return pair.drafter, pair.verifier
 
 
-def _draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
+def verifier_vocab(pair: Pair) -> int | None:
+    """The verifier's vocabulary size, the ids proposals are over; None for a network
+    without a config (test stubs), whose proposals keep the drafter's ids."""
+    return getattr(getattr(networks(pair)[1], "config", None), "vocab_size", None)
+
+
+def draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
+    """How `pair` drafts under `config`."""
     temperature, top_k, top_p = config.drafter_sampling()
-    verifier = pair.model if isinstance(pair, SelfPair) else pair.verifier
-    vocab = getattr(getattr(verifier, "config", None), "vocab_size", None)  # stub models have no config
-    return DraftSettings(config.k, config.threshold, config.unmask, temperature, top_k, top_p,
-                         pair.profile.mask_token_id, pair.profile.shifted, vocab, pair.profile.forbidden)
+    return DraftSettings(steps=config.k, threshold=config.threshold, unmask=config.unmask,
+                         temperature=temperature, top_k=top_k, top_p=top_p,
+                         mask_token_id=pair.profile.mask_token_id, shifted=pair.profile.shifted,
+                         vocab=verifier_vocab(pair), forbidden=pair.profile.forbidden)
 
 
 def check_kind(kind: str, config: DecodeConfig) -> None:
@@ -91,54 +101,54 @@ def check_pair(pair: Pair, config: DecodeConfig) -> None:
                           f"(profile any_order: true); {pair.name} is left-to-right only")
 
 
-def _ar(run: Run, verifier: CachedModel, prompt: list[int]) -> None:
+def _ar(state: DecodeState, verifier: CachedModel, prompt: list[int]) -> None:
     logits = verifier.causal(prompt)
     while True:
-        token = run.sample(logits[-1])
-        run.iterations += 1
-        if run.out.extend([token]):
+        token = state.sample(logits[-1])
+        state.iterations += 1
+        if state.out.extend([token]):
             return
         logits = verifier.causal([token])
 
 
-def _diffusion(run: Run, drafter: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+def _diffusion(state: DecodeState, drafter: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
     pending, last = prompt[:-1], prompt[-1]
     while True:
-        draft = diffusion_draft(drafter, pending, last, min(run.config.block, run.out.remaining),
-                                settings, run.generator)
+        draft = diffusion_draft(drafter, pending, last, min(state.config.block, state.out.remaining),
+                                settings, state.generator)
         tokens = draft.tokens.tolist()
-        run.iterations += 1
-        if run.out.extend(tokens):
+        state.iterations += 1
+        if state.out.extend(tokens):
             return
         pending, last = [last] + tokens[:-1], tokens[-1]
 
 
-def _speculative(run: Run, drafter: CachedModel, verifier: CachedModel, prompt: list[int],
+def _speculative(state: DecodeState, drafter: CachedModel, verifier: CachedModel, prompt: list[int],
                  settings: DraftSettings, packed: bool) -> None:
-    block = run.config.block
-    last = run.sample(verifier.causal(prompt)[-1])
-    if run.out.extend([last]):
+    block = state.config.block
+    last = state.sample(verifier.causal(prompt)[-1])
+    if state.out.extend([last]):
         return
     pending = list(prompt)  # verified tokens the drafter has not cached (all but `last`)
     if packed:
-        draft = diffusion_draft(drafter, pending, last, block, settings, run.generator)
+        draft = diffusion_draft(drafter, pending, last, block, settings, state.generator)
         pending = []
     while True:
-        room = run.out.remaining - 1  # verification always adds one token
-        if packed:  # verification is queued first; on a GPU the drafter runs beside it
-            checked = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
-            logits = verify_call(verifier, last, checked)
+        room = state.out.remaining - 1  # a recovered or bonus token follows the accepted drafts
+        if packed:  # the verifier's forward pass is queued first; on a GPU the drafter runs beside it
+            draft = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
+            logits = verify_forward(verifier, last, draft)
             with side_stream(verifier.device):
-                fresh = diffusion_draft(drafter, pending, last, block, settings, run.generator)
-            emitted = settle(run, verifier, logits, checked)
+                fresh = diffusion_draft(drafter, pending, last, block, settings, state.generator)
+            emitted = verify_finish(state, verifier, logits, draft)
         else:
-            fresh = diffusion_draft(drafter, pending, last, min(block, room), settings, run.generator)
-            emitted = verify_step(run, verifier, last, fresh)
+            fresh = diffusion_draft(drafter, pending, last, min(block, room), settings, state.generator)
+            emitted = verify_step(state, verifier, last, fresh)
         if fresh.steps:  # a drafting call cached the pending tokens
             pending = []
         pending += [last] + emitted[:-1]
         last = emitted[-1]
-        if run.out.extend(emitted):
+        if state.out.extend(emitted):
             return
         if packed:  # the slots the verifier just filled are dropped from the next draft
             keep = len(emitted)
@@ -153,12 +163,12 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     ids = tok(prompt).input_ids
     if not ids:
         raise ConfigError("prompt: empty after tokenization")
-    drafter_model, verifier_model = _models(pair)
+    drafter_model, verifier_model = networks(pair)
     device = verifier_model.device
     generator = torch.Generator(device=device).manual_seed(config.seed)
     meter = Meter()
-    run = Run(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
-    settings = _draft_settings(pair, config)
+    state = DecodeState(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
+    settings = draft_settings(pair, config)
 
     def drafter() -> CachedModel:
         return CachedModel(drafter_model, meter, pair.profile.prefix_cache, pair.profile.own_attention)
@@ -166,22 +176,22 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
     sync(device)
     start = time.perf_counter()
     if config.schedule == "ar":
-        _ar(run, CachedModel(verifier_model, meter), ids)
+        _ar(state, CachedModel(verifier_model, meter), ids)
     elif config.schedule == "diffusion":
-        _diffusion(run, drafter(), ids, settings)
+        _diffusion(state, drafter(), ids, settings)
     elif isinstance(pair, SelfPair) and config.verify_order != "ltr":
-        anyorder_packed(run, CachedModel(pair.model, meter), ids, settings)
+        anyorder_packed(state, CachedModel(pair.model, meter), ids, settings)
     elif isinstance(pair, SelfPair):
-        self_speculative(run, CachedModel(pair.model, meter), ids, settings)
+        self_speculative(state, CachedModel(pair.model, meter), ids, settings)
     else:
-        _speculative(run, drafter(), CachedModel(verifier_model, meter), ids, settings,
+        _speculative(state, drafter(), CachedModel(verifier_model, meter), ids, settings,
                      packed=config.schedule == "packed")
     sync(device)
     wall = time.perf_counter() - start
     model_s = meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync
     return DecodeResult(
-        text=run.out.text(), token_ids=list(run.out.ids), new_tokens=len(run.out.ids), wall_s=wall,
+        text=state.out.text(), token_ids=list(state.out.ids), new_tokens=len(state.out.ids), wall_s=wall,
         model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=meter.nfe, rows=meter.rows,
-        iterations=run.iterations, accepted=run.accepted, drafted=run.drafted, exact=is_exact(config),
-        stop_reason=run.out.stop_reason or "length", accept_lengths=run.accept_lengths,
+        iterations=state.iterations, accepted=state.accepted, drafted=state.drafted, exact=is_exact(config),
+        stop_reason=state.out.stop_reason or "length", accept_lengths=state.accept_lengths,
     )

@@ -20,7 +20,7 @@ Per iteration:
   next draft (|D_t| = W − A_t).
 * `quadratic`: the verify region and regions (h, B) for every acceptance length h = 0 ..
   B − 1 in one call: 1 NFE, B + B(B + 1) rows. Branch h = accepted count proposes the
-  correction's slot (dropped) and the W slots after it: a full next draft.
+  slot of the recovered or bonus token (dropped) and the W slots after it: a full next draft.
 
 Start (Appendix E.2): greedy packed/quadratic run the prompt and region (P − 1, W + 1) in
 one call, emit the first token and keep proposals 2 .. W + 1 as a full draft; when sampling,
@@ -36,7 +36,8 @@ from workloads.decoding.calls import CachedModel
 from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
 from workloads.decoding.sampling import point_mass
-from workloads.decoding.verifying import Run, judge, verify_step
+from workloads.decoding.state import DecodeState
+from workloads.decoding.verifying import verify_logits, verify_step
 from workloads.models.masks import packed as packed_layout
 
 SELF_SCHEDULES = ("linear", "packed", "quadratic")
@@ -71,62 +72,64 @@ def call(model: CachedModel, rows: list[int], regions: list[tuple[int, list[int]
     return logits[:v], out
 
 
-def _proposal(run: Run, logits: torch.Tensor, settings: DraftSettings) -> Draft:
-    q, tokens, _ = propose(logits, settings, run.generator)
+def _proposal(state: DecodeState, logits: torch.Tensor, settings: DraftSettings) -> Draft:
+    q, tokens, _ = propose(logits, settings, state.generator)
     return Draft(tokens, q, 1)
 
 
-def _start(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> tuple[int, Draft]:
+def _start(state: DecodeState, model: CachedModel, prompt: list[int],
+           settings: DraftSettings) -> tuple[int, Draft]:
     """Prefill; returns the first token and a full draft of W tokens after it."""
-    w = run.config.block - 1
-    if point_mass(run.config.temperature, run.config.top_k):
-        verify, (region,) = call(model, prompt, [(len(prompt) - 1, [settings.mask_token_id] * (w + 1))])
-        first = run.sample(verify[-1])
-        return first, _proposal(run, region[1:], settings)
-    first = run.sample(model.causal(prompt)[-1])
-    return first, diffusion_draft(model, [], first, w, settings, run.generator)
+    w = state.config.block - 1
+    if point_mass(state.config.temperature, state.config.top_k):
+        logits, (region,) = call(model, prompt, [(len(prompt) - 1, [settings.mask_token_id] * (w + 1))])
+        first = state.sample(logits[-1])
+        return first, _proposal(state, region[1:], settings)
+    first = state.sample(model.causal(prompt)[-1])
+    return first, diffusion_draft(model, [], first, w, settings, state.generator)
 
 
-def _linear(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
-    last = run.sample(model.causal(prompt)[-1])
-    if run.out.extend([last]):
+def _linear(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+    last = state.sample(model.causal(prompt)[-1])
+    if state.out.extend([last]):
         return
     while True:
-        width = min(run.config.block - 1, run.out.remaining - 1)
-        draft = diffusion_draft(model, [], last, width, settings, run.generator)
-        emitted = verify_step(run, model, last, draft)  # the drafting rows left no trace in the cache
+        width = min(state.config.block - 1, state.out.remaining - 1)
+        draft = diffusion_draft(model, [], last, width, settings, state.generator)
+        emitted = verify_step(state, model, last, draft)  # the drafting rows left no trace in the cache
         last = emitted[-1]
-        if run.out.extend(emitted):
+        if state.out.extend(emitted):
             return
 
 
-def _one_call(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings,
+def _one_call(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
               quadratic: bool) -> None:
-    block, mask = run.config.block, settings.mask_token_id
-    last, draft = _start(run, model, prompt, settings)
-    if run.out.extend([last]):
+    block, mask = state.config.block, settings.mask_token_id
+    last, draft = _start(state, model, prompt, settings)
+    if state.out.extend([last]):
         return
     while True:
-        room = run.out.remaining - 1  # verification always adds one token
-        checked = Draft(draft.tokens[:room], draft.q[:room], 1)
-        n = checked.tokens.shape[0]
-        rows = [last] + checked.tokens.tolist() + [mask] * (block - 1 - n)
+        room = state.out.remaining - 1  # a recovered or bonus token follows the accepted drafts
+        draft = Draft(draft.tokens[:room], draft.q[:room], 1)
+        n = draft.tokens.shape[0]
+        rows = [last] + draft.tokens.tolist() + [mask] * (block - 1 - n)
         regions = [(h, [mask] * block) for h in range(block)] if quadratic else [(0, [mask] * (block - 1))]
-        verify, proposed = call(model, rows, regions)
-        emitted = judge(run, verify[: n + 1], checked)
+        logits, proposed = call(model, rows, regions)
+        emitted = verify_logits(state, logits[: n + 1], draft)
         model.crop(block - len(emitted))  # keep [last, accepted draft tokens]
         last = emitted[-1]
-        if run.out.extend(emitted):
+        if state.out.extend(emitted):
             return
-        if quadratic:  # the branch of the accepted count, minus the correction's slot
-            draft = _proposal(run, proposed[len(emitted) - 1][1:], settings)
+        if quadratic:  # the branch of the accepted count, minus the recovered or bonus token's slot
+            draft = _proposal(state, proposed[len(emitted) - 1][1:], settings)
         else:  # proposals from P_{t-1}: the first A_t slots were just filled
-            draft = _proposal(run, proposed[0][len(emitted):], settings)
+            draft = _proposal(state, proposed[0][len(emitted):], settings)
 
 
-def self_speculative(run: Run, model: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
-    schedule = run.config.schedule
+def self_speculative(state: DecodeState, model: CachedModel, prompt: list[int],
+                     settings: DraftSettings) -> None:
+    schedule = state.config.schedule
     if schedule == "linear":
-        _linear(run, model, prompt, settings)
+        _linear(state, model, prompt, settings)
     else:
-        _one_call(run, model, prompt, settings, quadratic=schedule == "quadratic")
+        _one_call(state, model, prompt, settings, quadratic=schedule == "quadratic")

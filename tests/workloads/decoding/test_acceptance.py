@@ -104,7 +104,7 @@ def test_draw_samples_proportionally_to_unnormalised_weights():
 
 
 def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
-    from workloads.decoding.acceptance import greedy_verify
+    from workloads.decoding.acceptance import verify_greedy
     from workloads.decoding.sampling import distribution
 
     gen = torch.Generator().manual_seed(3)
@@ -119,4 +119,4 @@ def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
         p = distribution(logits, 0.0, 0, 1.0)
         noise = torch.empty(n + 1, v).exponential_(generator=gen)
         full = verify("lossless", p, q, drafted, torch.rand(n, generator=gen), noise, 0.0)
-        assert greedy_verify(logits, drafted) == full
+        assert verify_greedy(logits, drafted) == full

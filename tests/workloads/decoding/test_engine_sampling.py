@@ -10,9 +10,9 @@ import torch
 from tests.workloads.decoding.stubs import TOK
 from workloads.decoding import DecodeConfig, decode
 from workloads.decoding.calls import CachedModel, Meter
-from workloads.decoding.engine import _draft_settings, _speculative
+from workloads.decoding.engine import _speculative, draft_settings
 from workloads.decoding.output import Output
-from workloads.decoding.verifying import Run
+from workloads.decoding.state import DecodeState
 
 PROMPT = "7"
 SAMPLING = dict(temperature=1.0, top_k=3, max_new_tokens=3)
@@ -55,16 +55,17 @@ def test_caches_hold_the_verified_prefix_only(uncertain_pair, schedule, steps):
                               max_new_tokens=40, seed=seed)
         prompt = TOK(PROMPT).input_ids
         meter = Meter()
-        run = Run(config, Output(TOK, config.max_new_tokens, ()), torch.Generator().manual_seed(seed), meter)
+        state = DecodeState(config, Output(TOK, config.max_new_tokens, ()),
+                            torch.Generator().manual_seed(seed), meter)
         drafter, verifier = (CachedModel(uncertain_pair.drafter, meter),
                              CachedModel(uncertain_pair.verifier, meter))
         with torch.inference_mode():
-            _speculative(run, drafter, verifier, prompt, _draft_settings(uncertain_pair, config),
+            _speculative(state, drafter, verifier, prompt, draft_settings(uncertain_pair, config),
                          packed=schedule == "packed")
-        accepted, drafted = accepted + run.accepted, drafted + run.drafted
-        verified = prompt + run.out.ids[:-1]
+        accepted, drafted = accepted + state.accepted, drafted + state.drafted
+        verified = prompt + state.out.ids[:-1]
         n = len(verified)
-        ended = run.out.stop_reason == "length"
+        ended = state.out.stop_reason == "length"
         assert verifier.length == n if ended else n <= verifier.length < n + config.block
         assert n - 2 * config.block <= drafter.length <= verifier.length
         for cached, model in ((verifier, uncertain_pair.verifier), (drafter, uncertain_pair.drafter)):

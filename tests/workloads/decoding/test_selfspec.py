@@ -11,10 +11,10 @@ from workloads.decoding import DecodeConfig, decode
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter
 from workloads.decoding.config import ConfigError
-from workloads.decoding.engine import _draft_settings
+from workloads.decoding.engine import draft_settings
 from workloads.decoding.output import Output
 from workloads.decoding.selfspec import self_speculative
-from workloads.decoding.verifying import Run
+from workloads.decoding.state import DecodeState
 from workloads.models import load_pair
 from workloads.models.masks import additive, packed
 from workloads.models.pair import DiffusionProfile, SelfPair
@@ -149,16 +149,17 @@ def test_cache_holds_the_verified_prefix_only(uncertain_self, schedule):
     config = DecodeConfig(schedule=schedule, block=4, temperature=1.0, max_new_tokens=30, seed=3)
     prompt = TOK(PROMPT).input_ids
     meter = Meter()
-    run = Run(config, Output(TOK, config.max_new_tokens, ()), torch.Generator().manual_seed(3), meter)
+    state = DecodeState(config, Output(TOK, config.max_new_tokens, ()), torch.Generator().manual_seed(3),
+                        meter)
     cached = CachedModel(model, meter)
     with torch.inference_mode():
-        self_speculative(run, cached, prompt, _draft_settings(uncertain_self, config))
-        prefix = prompt + run.out.ids[:-1]
+        self_speculative(state, cached, prompt, draft_settings(uncertain_self, config))
+        prefix = prompt + state.out.ids[:-1]
         fresh = CachedModel(model, Meter())
         fresh.causal(prefix)
-    assert run.accepted < run.drafted
+    assert state.accepted < state.drafted
     n = len(prefix)
-    assert cached.length == n if run.out.stop_reason == "length" else n <= cached.length < n + 4
+    assert cached.length == n if state.out.stop_reason == "length" else n <= cached.length < n + 4
     for ours, theirs in zip(cached.cache.layers, fresh.cache.layers):
         assert ours.keys.shape[-2] == cached.length
         assert torch.allclose(ours.keys[..., :n, :], theirs.keys, atol=1e-5)
@@ -212,12 +213,12 @@ def test_any_order_packed_equals_its_serial_reference(any_order_self, block):
     for example in get_task("arith").examples("test", n=8, seed=3):
         prompt = TOK(example.prompt).input_ids
         meter = Meter()
-        run = Run(config, Output(TOK, config.max_new_tokens, ()), torch.Generator(), meter)
+        state = DecodeState(config, Output(TOK, config.max_new_tokens, ()), torch.Generator(), meter)
         with torch.inference_mode():
-            steps = anyorder_packed(run, CachedModel(any_order_self.model, meter), prompt,
-                                    _draft_settings(any_order_self, config))
+            steps = anyorder_packed(state, CachedModel(any_order_self.model, meter), prompt,
+                                    draft_settings(any_order_self, config))
             expected = serial_reference(any_order_self, prompt, steps, block, config.max_new_tokens)
-        assert run.out.ids == expected
+        assert state.out.ids == expected
         out_of_order += sum(s.order != sorted(s.order) for s in steps)
         assert decode(any_order_self, example.prompt, config).token_ids == expected
     assert out_of_order > 0  # confidence really reordered verification
