@@ -111,8 +111,8 @@ def self_bench(
     from rich.console import Console
     from rich.table import Table
 
-    from orchestrator.comparison import compare_schedules
-    from orchestrator.throughput import parse_numbers
+    from orchestrator.analysis.throughput import parse_numbers
+    from orchestrator.bench.selfspec import compare_schedules
     from workloads.models import SelfPair, load_pair
 
     try:
@@ -175,7 +175,7 @@ def gpu_bench(
     import torch
     import yaml
 
-    from orchestrator.gpucheck import run_check
+    from orchestrator.bench.gpu import run_check
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device: cuda requested but this machine has no CUDA device "
@@ -200,33 +200,15 @@ def sandbox_bench(
 ) -> None:
     """Per HumanEval problem: the canonical solution run in this process (trusted code) and
     through the sandbox, interleaved; prints the sandbox's overhead per problem."""
-    import contextlib
-    import io
-    import time
+    from orchestrator.bench.sandbox import sandbox_overhead
 
-    from workloads.tasks import get_task
-    from workloads.tasks.sandbox import run_python
-
-    task = get_task("humaneval")
-    inline = confined = 0.0
-    passed = 0
-    for ex in task.examples(n=n, seed=0):
-        program, checks = task.program(ex, ex.reference)
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(program + checks.source, ex.meta["task_id"], "exec"), {"__name__": "__main__"})
-        inline += time.perf_counter() - start
-        run = run_python(program, checks=checks)
-        confined += run.wall_s
-        passed += run.passed
-    count = min(n, 164)
-    typer.echo(f"{count} HumanEval canonical solutions, {passed} passed in the sandbox ({run.layers})")
-    typer.echo(f"in process   {1000 * inline / count:8.2f} ms/problem")
-    typer.echo(f"sandboxed    {1000 * confined / count:8.2f} ms/problem")
-    typer.echo(
-        f"overhead     {1000 * (confined - inline) / count:8.2f} ms/problem "
-        f"({confined / max(inline, 1e-9):.0f}x)"
-    )
+    r = sandbox_overhead(n)
+    typer.echo(f"{r['problems']} HumanEval canonical solutions, {r['passed']} passed in the sandbox "
+               f"({r['layers']})")
+    typer.echo(f"in process   {r['inline_ms']:8.2f} ms/problem")
+    typer.echo(f"sandboxed    {r['sandboxed_ms']:8.2f} ms/problem")
+    typer.echo(f"overhead     {r['sandboxed_ms'] - r['inline_ms']:8.2f} ms/problem "
+               f"({r['sandboxed_ms'] / max(r['inline_ms'], 1e-9):.0f}x)")
 
 
 @app.command("sweep")
@@ -239,44 +221,14 @@ def sweep_bench(
     """Orchestration overhead: the same sweep of many short trials with 1, 2, ... worker
     slots, in this process. Prints the share of worker-slot time spent outside decoding in
     the trial phase, 1 − Σ decode wall / (slots × phase wall), and trials per minute."""
-    import tempfile
-    from pathlib import Path
+    from orchestrator.bench.overhead import orchestration_overhead
 
-    import yaml
-
-    from orchestrator.driver import Driver
-    from orchestrator.spec import parse_spec
-
-    data = {
-        "name": "bench",
-        "pairs": ["toy"],
-        "task": {"name": "arith", "limit": prompts},
-        "space": {
-            "schedule": ["linear", "packed"],
-            "block": [2, 4, 8],
-            "steps": [1, 2],
-            "rule": ["lossless", "linear"],
-            "leniency": [0.25, 0.5, 0.75, 1.0],
-            "max_new_tokens": 24,
-        },
-        "objectives": {"throughput_tps": "max", "accuracy": "max"},
-        "search": {"sampler": "random", "trials": trials, "parallel": 4, "seed": 0},
-        "baselines": ["ar"],
-    }
     typer.echo(f"{trials} trials x {prompts} prompts, toy pair, 4 trials in flight")
-    base = None
-    for slots in range(1, max_slots + 1):
-        spec = parse_spec({**data, "cluster": {"slots": slots}})
-        with tempfile.TemporaryDirectory(prefix="specsweep-bench-") as root:
-            driver = Driver(spec, yaml.safe_dump(data), Path(root))
-            driver.run()
-        outside = 1 - driver.decode_s / (slots * driver.trials_s)
-        rate = 60 * driver.progress.finished / driver.trials_s
-        base = base or rate
-        typer.echo(
-            f"slots {slots}: {rate:6.1f} trials/min ({rate / base:.2f}x of 1 slot), worker-slot time "
-            f"outside decoding {100 * outside:.1f}%"
-        )
+    rows = orchestration_overhead(trials, prompts, max_slots)
+    for r in rows:
+        typer.echo(f"slots {r['slots']}: {r['trials_per_min']:6.1f} trials/min "
+                   f"({r['trials_per_min'] / rows[0]['trials_per_min']:.2f}x of 1 slot), worker-slot time "
+                   f"outside decoding {100 * r['outside_decoding']:.1f}%")
 
 
 @app.command("search")
@@ -289,39 +241,13 @@ def search_bench(
 ) -> None:
     """Search strategies over the same space, replayed from a measured grid: hypervolume
     reached (fraction of the grid's) after 10%, 25% and 50% of the grid's trial count."""
-    import json
     import statistics
-    from pathlib import Path
 
-    import optuna
+    from orchestrator.bench.search import compare_strategies
 
-    from orchestrator.driver import load_sweep
-    from orchestrator.replay import STRATEGIES, fractions, replay
-    from orchestrator.space import params_key
-
-    spec, study = load_sweep(Path(root), sweep)
-    if spec.search.sampler != "grid":
-        raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    table = {params_key(t.params): tuple(t.values) for t in complete}
-    guide = None
-    if calibration:
-        from orchestrator.throughput import predicted_frontier
-
-        guide = predicted_frontier(
-            spec, [dict(key) for key in table], json.loads(Path(calibration).read_text())
-        )
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    typer.echo(
-        f"replaying {len(table)} measured grid points of {sweep}; hypervolume as a fraction of the grid's"
-    )
+    points, rows = compare_strategies(Path(root), sweep, seeds, calibration)
+    typer.echo(f"replaying {points} measured grid points of {sweep}; hypervolume as a fraction of the grid's")
     typer.echo(f"{'strategy':<10} {'10%':>12} {'25%':>12} {'50%':>12}   (mean ± sd over {seeds} seeds)")
-    for strategy in STRATEGIES:
-        if strategy == "guided" and guide is None:
-            continue
-        runs = [
-            fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
-            for s in range(seeds)
-        ]
+    for strategy, runs in rows.items():
         cells = [f"{statistics.mean(c):.3f}±{statistics.pstdev(c):.3f}" for c in zip(*runs)]
         typer.echo(f"{strategy:<10} " + " ".join(f"{c:>12}" for c in cells))

@@ -26,7 +26,7 @@ def calibrate(
     out: Path = typer.Option(Path("calibration.json"), "--out"),
 ) -> None:
     """Measure d_K, the drafting cost fit c_d(K) = a + bK and the verifier cost c_v."""
-    from orchestrator.throughput import fit_line, parse_numbers
+    from orchestrator.analysis.throughput import fit_line, parse_numbers
     from workloads.decoding.calibrate import calibrate as measure
     from workloads.models import load_pair
     from workloads.tasks import get_task
@@ -68,8 +68,8 @@ def predict(
     plot: Path = typer.Option(None, "--plot", help="Write acceptance/quality and throughput plots (PNG)."),
 ) -> None:
     """ᾱ_K(λ) = 1 − (1 − λ)d_K, quality 1 − λd_K, T = Σ_{j=0..B} ᾱ^j / (c_d(K) + c_v)."""
-    from orchestrator.throughput import Calibration, parse_numbers
-    from orchestrator.throughput import predict as model
+    from orchestrator.analysis.throughput import Calibration, parse_numbers
+    from orchestrator.analysis.throughput import predict as model
 
     if calibration is not None:
         if not calibration.is_file():

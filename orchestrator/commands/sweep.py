@@ -14,56 +14,6 @@ from orchestrator.errors import user_errors
 ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sweep state, local MLflow).")
 
 
-def _frontier_rows(spec, study) -> list[dict]:
-    from orchestrator.driver import frontier
-
-    rows = []
-    run_ids = _run_ids(study)
-    for t in frontier(study, spec):
-        rows.append(
-            {
-                "trial": t.number,
-                "pair": t.user_attrs["pair"],
-                "exact": t.user_attrs["exact"],
-                "config": t.user_attrs["config"],
-                "params": t.params,
-                "objectives": dict(zip(spec.objectives, t.values)),
-                "metrics": t.user_attrs.get("metrics", {}),
-                "run_id": run_ids.get(t.number),
-            }
-        )
-    from orchestrator.frontier import tied
-
-    flags = tied(
-        [tuple(r["objectives"].values()) for r in rows],
-        [r["metrics"] for r in rows],
-        tuple(spec.objectives.values()),
-    )
-    from orchestrator.timing import flagged
-
-    noisy = flagged(study)
-    for row, flag in zip(rows, flags):
-        row["tied"] = flag  # statistically indistinguishable from a neighbour on the frontier
-        row["timing_flagged"] = row["trial"] in noisy  # its controls ran far from the typical speed
-    return rows
-
-
-def _run_ids(study) -> dict[int, str]:
-    """Trial number -> MLflow run id, from the trial runs under the sweep's parent run (the
-    driver logs runs after tell, so the study does not hold them)."""
-    from mlflow.tracking import MlflowClient
-
-    uri, parent = study.user_attrs.get("tracking_uri"), study.user_attrs.get("parent_run")
-    if not uri or not parent:
-        return {}
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_run(parent).info.experiment_id
-    runs = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent}'", max_results=50000)
-    return {
-        int(r.data.tags["specsweep.trial"]): r.info.run_id for r in runs if "specsweep.trial" in r.data.tags
-    }
-
-
 def _table(title: str, spec, rows: list[dict]):
     from rich.table import Table
 
@@ -109,8 +59,10 @@ def run(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from orchestrator.driver import Driver
-    from orchestrator.spec import load_spec
+    from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.sweep.driver import Driver
+    from orchestrator.sweep.spec import load_spec
+    from orchestrator.sweep.tracking import trial_run_ids
 
     if resume and fresh:
         raise ValueError("--resume, --fresh: give one of them")
@@ -143,7 +95,7 @@ def run(
             f"interrupted: trials in flight marked failed; continue with specsweep run {spec_path} --resume"
         )
         raise typer.Exit(130) from None
-    rows = _frontier_rows(spec, study)
+    rows = frontier_rows(spec, study, trial_run_ids(study))
     console.print(
         _table(f"frontier of {spec.name} ({len(rows)} trials; {time.time() - start:.0f} s)", spec, rows)
     )
@@ -153,7 +105,7 @@ def run(
         f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
         f"{driver.parent_run}); browse: {browse}"
     )
-    from orchestrator.timing import describe, timing_report
+    from orchestrator.analysis.timing import describe, timing_report
 
     for line in describe(timing_report(study)):
         console.print(line)
@@ -170,70 +122,12 @@ def status(
     ),
 ) -> None:
     """Trials finished, failed and in flight; baselines; frontier size; where results are."""
-    import optuna
-
-    from orchestrator.driver import frontier, journal_cut, load_sweep, state_dir
+    from orchestrator.analysis.summary import status_lines
+    from orchestrator.sweep.study import journal_cut, load_sweep, state_dir
 
     spec, study = load_sweep(root, name)
-    cut = journal_cut(state_dir(root, name))
-    if cut:
-        typer.echo(f"warning: the study journal's last record is cut short ({cut} bytes): its change is lost "
-                   f"and that trial shows as running; `specsweep run SPEC --resume` repairs the journal and "
-                   f"asks it again")
-    trials = study.get_trials(deepcopy=False)
-    count = lambda state: sum(t.state == state for t in trials)  # noqa: E731
-    interrupted = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
-    typer.echo(
-        f"sweep {name}: {count(optuna.trial.TrialState.COMPLETE)} complete, "
-        f"{count(optuna.trial.TrialState.FAIL) - interrupted} failed, {interrupted} interrupted, "
-        f"{count(optuna.trial.TrialState.RUNNING)} running, {count(optuna.trial.TrialState.WAITING)} "
-        f"queued; target {spec.search.trials}"
-    )
-    for key, metrics in sorted(study.user_attrs.items()):
-        if key.startswith("baseline:"):
-            shown = ", ".join(
-                f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps")
-            )
-            typer.echo(f"{key.removeprefix('baseline:')}: {shown}")
-    points = [tuple(t.values) for t in frontier(study, spec)]
-    typer.echo(f"frontier: {len(points)} trials on {', '.join(spec.objectives)}")
-    if points:
-        value, where = hypervolume_against(spec, study, points, reference)
-        typer.echo(f"hypervolume: {value:.6g} (reference: {where})")
-    from orchestrator.timing import describe, timing_report
-
-    report = timing_report(study)
-    for line in describe(report):
+    for line in status_lines(spec, study, reference, journal_cut(state_dir(root, name))):
         typer.echo(line)
-    for kind in report["hardware"]:
-        typer.echo("hardware: " + ", ".join(f"{k} {v}" for k, v in kind.items()))
-    typer.echo(
-        f"MLflow: {study.user_attrs.get('tracking_uri')} parent run {study.user_attrs.get('parent_run')}"
-    )
-
-
-def hypervolume_against(spec, study, points, reference: str) -> tuple[float, str]:
-    """HV of `points` against the worst observed values, or a pair's `ar` baseline
-    (`ar` = the first pair's, `ar:PAIR` = that pair's)."""
-    import optuna
-
-    from orchestrator.frontier import default_reference, hypervolume
-
-    directions = tuple(spec.objectives.values())
-    if reference == "worst":
-        every = [tuple(t.values) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
-        ref = default_reference(every, directions)
-        return hypervolume(points, directions, ref), f"worst observed {ref}"
-    if not reference.startswith("ar"):
-        raise ValueError(f"--reference: worst, ar or ar:PAIR; got {reference!r}")
-    pair = reference.partition(":")[2] or spec.pairs[0].name
-    baseline = study.user_attrs.get(f"baseline:{pair}:ar")
-    if baseline is None or any(m not in baseline for m in spec.objectives):
-        raise ValueError(
-            f"--reference: the ar baseline of pair {pair} lacks some of {', '.join(spec.objectives)}"
-        )
-    ref = tuple(baseline[m] for m in spec.objectives)
-    return hypervolume(points, directions, ref), f"{pair} ar baseline {ref}"
 
 
 @user_errors
@@ -245,10 +139,12 @@ def frontier_cmd(
     """The frontier trials: params, metrics, MLflow run ids."""
     from rich.console import Console
 
-    from orchestrator.driver import load_sweep
+    from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.sweep.study import load_sweep
+    from orchestrator.sweep.tracking import trial_run_ids
 
     spec, study = load_sweep(root, name)
-    rows = _frontier_rows(spec, study)
+    rows = frontier_rows(spec, study, trial_run_ids(study))
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row))
@@ -268,21 +164,16 @@ def export(
 ) -> None:
     """Write one YAML per chosen frontier config (pair, config, metrics, exact, provenance),
     routes.yaml (the fastest config per accuracy floor) and the sweep's plots."""
-    from orchestrator.driver import load_sweep
-    from orchestrator.export import export_configs
+    from orchestrator.analysis.export import check_out, export_configs, parse_floors
+    from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.sweep.study import load_sweep
+    from orchestrator.sweep.tracking import trial_run_ids
 
-    try:
-        levels = tuple(float(x) for x in floors.split(","))
-    except ValueError:
-        raise ValueError(f"--floors: comma-separated numbers; got {floors!r}") from None
-    if not all(0 <= x <= 1 for x in levels):  # NaN fails too
-        raise ValueError(f"--floors: accuracy floors must lie in [0, 1]; got {floors!r}")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out: {out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(f"--out: {out} already holds files; pass --force to write over them")
+    levels = parse_floors(floors)
+    check_out(out, force)
     spec, study = load_sweep(root, name)
-    paths = export_configs(spec, study, _frontier_rows(spec, study), out, where, pick, levels)
+    rows = frontier_rows(spec, study, trial_run_ids(study))
+    paths = export_configs(spec, study, rows, out, where, pick, levels)
     for p in paths:
         typer.echo(str(p))
     if not paths:

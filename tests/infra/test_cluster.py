@@ -18,8 +18,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.driver import Driver
-from orchestrator.spec import parse_spec
+from orchestrator.sweep.driver import Driver
+from orchestrator.sweep.spec import parse_spec
 
 BIN = Path(sys.executable).parent
 SPEC = {

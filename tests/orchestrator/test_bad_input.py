@@ -45,7 +45,7 @@ def test_bad_spec_values(tmp_path, case):
 
 
 def test_a_constraint_with_an_exponent_is_still_accepted(tmp_path):
-    from orchestrator.spec import constraint_terms, parse_spec
+    from orchestrator.sweep.spec import constraint_terms, parse_spec
 
     spec = parse_spec({**GOOD, "constraints": ["accuracy >= 5e-1", "latency_s <= .25"]})
     assert constraint_terms(spec.constraints) == [("accuracy", ">=", 0.5), ("latency_s", "<=", 0.25)]
@@ -168,18 +168,18 @@ def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished):
 
 
 def test_a_sweep_in_use_is_refused_to_a_second_run_or_fresh(finished):
-    from orchestrator.driver import Driver
-    from orchestrator.spec import parse_spec
+    from orchestrator.sweep.driver import Driver
+    from orchestrator.sweep.spec import parse_spec
 
     holder = Driver(parse_spec(GOOD), yaml.safe_dump(GOOD), finished)
-    holder._lock()
+    holder.lock.acquire()
     try:
         state = sorted(os.listdir(finished / ".specsweep" / "bad"))
         for flags in (["--fresh"], ["--resume"]):
             one_line_error(run_cli(finished, GOOD, *flags), f"sweep 'bad' is in use by pid {os.getpid()}")
         assert sorted(os.listdir(finished / ".specsweep" / "bad")) == state
     finally:
-        holder._unlock()
+        holder.lock.release()
 
 
 def test_decode_settings_a_pair_cannot_run_are_refused_before_it_loads(monkeypatch):
@@ -199,7 +199,7 @@ def test_decode_settings_a_pair_cannot_run_are_refused_before_it_loads(monkeypat
 def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished):
     import optuna
 
-    from orchestrator.driver import load_sweep
+    from orchestrator.sweep.study import load_sweep
 
     state = finished / ".specsweep" / "bad"
     journal = state / "study.journal"
@@ -258,12 +258,12 @@ def test_a_read_only_root_is_one_line(tmp_path):
 
 
 def test_a_full_disk_during_setup_leaves_nothing(tmp_path, monkeypatch):
-    import orchestrator.driver
+    import orchestrator.sweep.driver
 
     def full(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(orchestrator.driver, "write_atomic", full)
+    monkeypatch.setattr(orchestrator.sweep.driver, "write_atomic", full)
     one_line_error(run_cli(tmp_path, GOOD), "--root: cannot write the sweep state")
     assert tree(tmp_path) == ["spec.yaml"]
 

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from orchestrator import files
-from orchestrator.driver import Driver
 from orchestrator.files import write_atomic
+from orchestrator.sweep.driver import Driver
 
 
 def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):

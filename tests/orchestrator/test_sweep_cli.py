@@ -53,7 +53,7 @@ def test_run_then_status_frontier_export_and_decode(tmp_path):
     assert document["exact"] is True and document["provenance"]["trial"] == 0
     assert (out / "routes.yaml").is_file() and (out / "plots" / "frontier-throughput.png").is_file()
     # the export decodes with exactly the measured settings: the trial's tokens, at temperature 0
-    from orchestrator.driver import load_sweep
+    from orchestrator.sweep.study import load_sweep
 
     _, study = load_sweep(tmp_path, "cli")
     mlflow = MlflowClient(study.user_attrs["tracking_uri"])

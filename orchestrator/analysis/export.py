@@ -1,0 +1,195 @@
+"""Export frontier configurations: one YAML each that `specsweep decode --config` and
+`DecodeConfig.from_file` load to decode with exactly the measured settings."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from orchestrator.analysis.timing import timing_report
+from orchestrator.files import write_atomic
+from orchestrator.stored import baseline
+
+_WHERE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
+
+
+def parse_where(where: str) -> tuple[str, str, float, str | None]:
+    """`metric op number [* ar.metric]` -> (metric, op, number, baseline metric or None)."""
+    m = _WHERE.match(where)
+    if not m:
+        raise ValueError(
+            f"--where: expected '<metric> >= <number>' or '<metric> >= <number> * ar.<metric>'; got {where!r}"
+        )
+    return m.group(1), m.group(2), float(m.group(3)), m.group(4)
+
+
+def parse_floors(text: str) -> tuple[float, ...]:
+    """`--floors`: comma-separated accuracy floors in [0, 1]."""
+    try:
+        levels = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--floors: comma-separated numbers; got {text!r}") from None
+    if not all(0 <= x <= 1 for x in levels):  # NaN fails too
+        raise ValueError(f"--floors: accuracy floors must lie in [0, 1]; got {text!r}")
+    return levels
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse an `--out` that is a file, or a directory holding files unless `force`."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ValueError(f"--out: {out} already holds files; pass --force to write over them")
+
+
+def _keep(row: dict, where, baseline: dict) -> bool:
+    metric, op, number, base_metric = where
+    value = row["metrics"].get(metric)
+    if value is None:
+        raise ValueError(f"--where: trials have no metric {metric!r}")
+    bound = number
+    if base_metric is not None:
+        if base_metric not in baseline:
+            raise ValueError(f"--where: the ar baseline of pair {row['pair']} has no {base_metric!r}")
+        bound *= baseline[base_metric]
+    return {">=": value >= bound, "<=": value <= bound, ">": value > bound, "<": value < bound}[op]
+
+
+def code_version() -> str:
+    try:
+        return (
+            subprocess.run(
+                ["git", "describe", "--always", "--dirty"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).parent,
+                timeout=5,
+            ).stdout.strip()
+            or "unknown"
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+PICKS = ("all", "fastest", "most-accurate", "knee")
+FLOORS = (0.5, 0.75, 0.9, 0.95, 0.99)
+
+
+def pick(rows: list[dict], how: str) -> list[dict]:
+    """Choose among frontier rows by throughput_tps and accuracy: `fastest`; `most-accurate`
+    (ties to the faster); `knee`, the row farthest from the straight line between those two
+    after scaling both metrics to [0, 1]; or `all`."""
+    if how not in PICKS:
+        raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
+    if how == "all" or len(rows) <= 1:
+        return rows
+    speed = lambda r: r["metrics"].get("throughput_tps", 0.0)  # noqa: E731
+    quality = lambda r: r["metrics"].get("accuracy", 0.0)  # noqa: E731
+    fastest = max(rows, key=lambda r: (speed(r), quality(r)))
+    accurate = max(rows, key=lambda r: (quality(r), speed(r)))
+    if how == "fastest":
+        return [fastest]
+    if how == "most-accurate":
+        return [accurate]
+    xs, ys = [speed(r) for r in rows], [quality(r) for r in rows]
+
+    def scaled(r):
+        x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+        return (speed(r) - min(xs)) / x_span, (quality(r) - min(ys)) / y_span
+
+    (x1, y1), (x2, y2) = scaled(fastest), scaled(accurate)
+
+    def distance(r):  # |cross product| / |line|: distance to the line fastest–accurate
+        x, y = scaled(r)
+        return abs((x2 - x1) * (y1 - y) - (x1 - x) * (y2 - y1)) / (
+            ((x2 - x1) ** 2 + (y2 - y1) ** 2) ** 0.5 or 1.0
+        )
+
+    return [max(rows, key=distance)]
+
+
+def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
+    """For each accuracy floor, the fastest row meeting it (None when no row does): the
+    routing table for serving queries at different quality requirements."""
+    table = []
+    for floor in floors:
+        ok = [r for r in rows if r["metrics"].get("accuracy", -1.0) >= floor]
+        best = max(ok, key=lambda r: r["metrics"].get("throughput_tps", 0.0)) if ok else None
+        table.append(
+            {
+                "accuracy_floor": floor,
+                "trial": best and best["trial"],
+                "file": best and f"trial{best['trial']}.yaml",
+                "throughput_tps": best and best["metrics"].get("throughput_tps"),
+                "accuracy": best and best["metrics"].get("accuracy"),
+            }
+        )
+    return table
+
+
+def export_configs(
+    spec,
+    study,
+    rows: list[dict],
+    out: Path,
+    where: str | None = None,
+    how: str = "all",
+    floors: tuple[float, ...] = FLOORS,
+) -> list[Path]:
+    """Write the chosen frontier configs, routes.yaml and the sweep's plots into `out`."""
+    from orchestrator.analysis.plots import sweep_plots
+
+    parsed = parse_where(where) if where else None
+    pairs = {p.name: p.load_spec() for p in spec.pairs}
+    kept = [
+        r
+        for r in rows
+        if not parsed or _keep(r, parsed, baseline(study, r["pair"]))
+    ]
+    chosen = pick(kept, how)
+    if not chosen:
+        return []
+    timing = timing_report(study)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for row in chosen:
+        document = {
+            "pair": pairs[row["pair"]],
+            "config": row["config"],
+            "exact": row["exact"],
+            "tied": row.get("tied", False),
+            "metrics": row["metrics"],
+            "provenance": {
+                "sweep": spec.name,
+                "trial": row["trial"],
+                "mlflow_run_id": row["run_id"],
+                "task": spec.task.model_dump(),
+                "code_version": code_version(),
+                "hardware": study.user_attrs.get("hardware") or [{"cpu": platform.machine()}],
+                "timing": timing["drift"].get(row["pair"], {}),
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            },
+        }
+        notes = []
+        if not row["exact"]:
+            notes.append("lossy: this configuration does not reproduce the verifier's distribution")
+        if row.get("timing_flagged"):
+            notes.append("timing flagged: its ar controls ran far from the sweep's typical speed")
+        if notes:
+            document["note"] = "; ".join(notes)
+        path = out / f"trial{row['trial']}.yaml"
+        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        written.append(path)
+    table = routes(kept, floors)
+    write_atomic(out / "routes.yaml", yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
+    for row in table:  # a route names a file: make sure it exists even when --pick left it out
+        if row["trial"] is not None and not (out / row["file"]).exists():
+            source = next(r for r in kept if r["trial"] == row["trial"])
+            written += export_configs(spec, study, [source], out, None, "all", ())
+    sweep_plots(spec, study, out / "plots")
+    return written

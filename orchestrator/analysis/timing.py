@@ -1,0 +1,43 @@
+"""How far a sweep's timings can be trusted: the drift of its `ar` controls per pair and
+the hardware they ran on, read from the study (the driver, `status` and exports share it)."""
+
+from __future__ import annotations
+
+import optuna
+
+from orchestrator.analysis.metrics import drift
+from orchestrator.stored import baseline
+
+
+def timing_report(study: optuna.Study) -> dict:
+    """{"drift": {pair: metrics.drift report}, "hardware": [worker hardware, one per kind]}."""
+    points: dict[str, list[tuple[float, int, float]]] = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        c = t.user_attrs.get("control")
+        if c:
+            points.setdefault(t.user_attrs["pair"], []).append((c["at"], t.number, c["ms_per_token"]))
+    report = {}
+    for pair, pts in sorted(points.items()):
+        tps = baseline(study, pair).get("throughput_tps")
+        report[pair] = drift(pts, 1000 / tps if tps else None)
+    return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
+
+
+def flagged(study: optuna.Study) -> set[int]:
+    """Trials whose controls ran far from their pair's typical speed (metrics.OUTLIER)."""
+    return {t for pair in timing_report(study)["drift"].values() for t in pair["outliers"]}
+
+
+def describe(report: dict) -> list[str]:
+    """One line per pair, for `specsweep status` and the end of a run."""
+    lines = []
+    for pair, d in report["drift"].items():
+        line = (f"{pair} ar controls: {d['first_ms_per_token']:.3g} -> {d['last_ms_per_token']:.3g} ms/token "
+                f"(drift {d['drift']:.2f}x over {d['trials']} trials, spread {d['spread'][0]:.2f}-"
+                f"{d['spread'][1]:.2f}x of the median)")
+        if "baseline_vs_controls" in d:
+            line += f"; full ar baseline {d['baseline_vs_controls']:.2f}x the controls' time per token"
+        if d["outliers"]:
+            line += f"; flagged trials {', '.join(map(str, d['outliers']))}"
+        lines.append(line)
+    return lines

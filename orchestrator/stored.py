@@ -1,0 +1,25 @@
+"""The names of what a sweep stores on its Optuna study, read back by status, frontier and
+export: one place, so a writer and its readers cannot drift apart."""
+
+from __future__ import annotations
+
+BASELINE = "baseline:"  # study attribute prefix: baseline:<pair>:<kind> -> that baseline's metrics
+
+
+def baseline_key(pair: str, kind: str) -> str:
+    return f"{BASELINE}{pair}:{kind}"
+
+
+def baselines(study) -> dict[tuple[str, str], dict]:
+    """(pair, kind) -> metrics of every baseline the study holds."""
+    out = {}
+    for key, metrics in study.user_attrs.items():
+        if key.startswith(BASELINE):
+            pair, _, kind = key.removeprefix(BASELINE).rpartition(":")
+            out[pair, kind] = metrics
+    return out
+
+
+def baseline(study, pair: str, kind: str = "ar") -> dict:
+    """One baseline's metrics ({} when the sweep has none)."""
+    return study.user_attrs.get(baseline_key(pair, kind), {})

@@ -1,0 +1,394 @@
+"""The sweep driver: Optuna ask/tell over the joint space, shards on Ray workers, MLflow.
+
+Flow: validate the spec; open (or resume) the sweep state in `<root>/.specsweep/<name>/`
+(Optuna journal, shard cache, unsent MLflow logs); start the workers; run the baselines of
+every pair; then keep `search.parallel` trials in flight, each split into one shard per
+eligible worker, until `search.trials` trials have finished (or the grid is exhausted).
+
+Faults: a shard whose worker died is queued again (preferably for another worker) and Ray
+restarts the actor; a shard that raises is retried once more, after which its trial is
+recorded as failed in Optuna and MLflow and the sweep goes on. Ctrl-C (or SIGTERM) marks
+the trials in flight as failed-interrupted, ends the parent run as KILLED and leaves the
+state for `--resume`, which re-asks those configurations and reuses their finished shards
+from the cache, so no finished trial or shard runs twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import ray
+
+from orchestrator.analysis.frontier import frontier_trials
+from orchestrator.analysis.metrics import trial_metrics
+from orchestrator.files import write_atomic
+from orchestrator.stored import baseline_key
+from orchestrator.sweep import raycluster
+from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
+from orchestrator.sweep.prompts import pair_prompts
+from orchestrator.sweep.runs import frontier_table, trial_log, write_frontier
+from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
+from orchestrator.sweep.shards import Job, ShardQueue
+from orchestrator.sweep.space import Candidate, baseline_config, choose_config, grid, params_key
+from orchestrator.sweep.spec import SweepSpec, check_runnable
+from orchestrator.sweep.study import (
+    StateLock,
+    SweepError,
+    open_state,
+    open_study,
+    requeue_interrupted,
+    state_dir,
+)
+from orchestrator.sweep.tracking import Tracker, TrackingError, check_reachable, default_uri
+from orchestrator.sweep.workers import Shard, serving, start_workers
+from workloads.decoding import is_exact
+from workloads.tasks import get_task
+
+MIN_SHARD = 8  # prompts: smaller trials run whole, several trials side by side instead
+
+
+@dataclass
+class Progress:
+    """What the CLI shows while a sweep runs."""
+
+    target: int
+    finished: int = 0
+    failed: int = 0
+    frontier: int = 0
+    note: str = ""
+
+
+class Driver:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        spec_yaml: str,
+        root: Path,
+        ray_address: str | None = None,
+        tracking_uri: str | None = None,
+        trials: int | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ):
+        self.spec, self.spec_yaml = spec, spec_yaml
+        self.dir = state_dir(root, spec.name)
+        self.root = root
+        self.ray_address = ray_address or (None if spec.cluster.address == "local" else spec.cluster.address)
+        self.tracking_uri = tracking_uri or spec.tracking.uri or default_uri(root / ".specsweep")
+        self.target = trials or spec.search.trials
+        self.on_progress = on_progress or (lambda p: None)
+        self.jobs: dict[str, Job] = {}
+        self.lock = StateLock(root, spec.name)
+        self.decode_s = 0.0  # Σ wall_s of the decodes of finished trials
+        self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def prepare(self, resume: bool = False, fresh: bool = False) -> None:
+        """Load the task and format its prompts, then set up the sweep state; any error in
+        the first part leaves nothing behind. `run` calls it when the caller has not."""
+        check_runnable(self.spec, local=not self.ray_address)
+        task = get_task(self.spec.task.name, self.spec.task.data)
+        self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
+        self.by_index = {e.index: e for e in self.examples}
+        self.prompts = pair_prompts(self.spec, task, self.examples)
+        check_reachable(self.tracking_uri)
+        if self.ray_address:
+            raycluster.check_head(self.ray_address)
+        existed = self.dir.exists()
+        try:
+            self.lock.acquire()
+            open_state(self.dir, self.spec, self.spec_yaml, resume, fresh)
+        except OSError as err:  # a read-only root, a full disk: leave nothing half made
+            if not existed:
+                shutil.rmtree(self.dir, ignore_errors=True)
+            self.lock.release()
+            raise SweepError(f"--root: cannot write the sweep state in {self.dir} "
+                             f"({err.strerror or err})") from None
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _start_workers(self) -> None:
+        slots = raycluster.slot_count(self.spec.cluster)
+        self.serves = serving([p.name for p in self.spec.pairs], slots, self.spec.cluster.placement)
+        envs = {p.name: p.runtime_env for p in self.spec.pairs}
+        specs = {p.name: p.load_spec() for p in self.spec.pairs}
+        self.workers = start_workers(
+            [envs[self.serves[i][0]] if len(self.serves[i]) == 1 else None for i in range(slots)],
+            self.spec.cluster.resource, specs, self.spec.task.name, self.spec.search.seed)
+        ray.get([w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)])
+        self.worker_info = ray.get([w.info.remote() for w in self.workers])
+        kinds = [json.loads(k) for k in sorted({json.dumps(i["hardware"], sort_keys=True)
+                                                for i in self.worker_info})]
+        self.study.set_user_attr("hardware", kinds)
+        self.queue = ShardQueue(self.serves, self.dir / "shards", json.dumps(self.spec.task.model_dump()),
+                                submit=self._submit, wait=raycluster.wait, fetch=raycluster.fetch,
+                                probe=lambda w: self.workers[w].info.remote())
+        gpus = sorted({info["gpu"] for info in self.worker_info})
+        self.tracker.tag_sweep(self.parent_run, "specsweep.gpus", ",".join(gpus))
+        if len(gpus) > 1:  # timings are comparable only on identical hardware
+            self.progress.note = f"warning: workers run on different hardware ({', '.join(gpus)})"
+            self.tracker.tag_sweep(self.parent_run, "specsweep.warning", self.progress.note)
+
+    # -- jobs and shards ---------------------------------------------------------------------
+
+    def _job(self, key: str, label: str, candidate: Candidate, trial: optuna.Trial | None = None) -> Job:
+        eligible = [i for i, names in self.serves.items() if candidate.pair in names]
+        count = max(1, min(len(eligible), len(self.examples) // MIN_SHARD))
+        indices = [e.index for e in self.examples]
+        size = math.ceil(len(indices) / count)
+        config = candidate.config.to_dict()
+        # a trial's shards time `ar` beside it, so its speed ratio compares like with like
+        timed_ar = trial is not None and "ar" in self.spec.baselines
+        control = baseline_config(self.spec, "ar").to_dict() if timed_ar else None
+        number = trial.number if trial else -1
+        shards = [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control)
+                  for i in range(0, len(indices), size)]
+        job = Job(key, label, candidate, shards, trial)
+        self.jobs[key] = job
+        self.queue.add(job)
+        return job
+
+    def _submit(self, worker: int, shard: Shard):
+        prompts = self.prompts[shard.pair]
+        return self.workers[worker].run.remote(shard, [(self.by_index[x], prompts[x]) for x in shard.indices])
+
+    # -- trials ------------------------------------------------------------------------------
+
+    def _ask(self) -> Job | None:
+        """Start the next trial on a configuration not measured yet. A sampler that proposes
+        one already tried (TPE exploits) gets that trial pruned as a duplicate and an untried
+        grid point enqueued instead; None when the whole space has been tried."""
+        trial = self.study.ask()
+        candidate = choose_config(self.spec, trial.suggest_categorical)
+        if params_key(trial.params) in tried_keys(self.study, exclude=trial.number):
+            trial.set_user_attr("duplicate", True)
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            tried = tried_keys(self.study, exclude=trial.number)
+            untried = [p for p in self._space() if params_key(p) not in tried]
+            if not untried:
+                self.target = self.progress.target = self.progress.finished + len(self.jobs)
+                return None
+            self.study.enqueue_trial(replacement(untried, trial.number))
+            return self._ask()
+        trial.set_user_attr("pair", candidate.pair)
+        trial.set_user_attr("config", candidate.config.to_dict())
+        trial.set_user_attr("exact", is_exact(candidate.config))
+        return self._job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
+
+    def _space(self) -> list[dict]:
+        if not hasattr(self, "_grid"):
+            self._grid = grid(self.spec)
+        return self._grid
+
+    def _log(self, job: Job, metrics: dict, tags: dict, records: list[dict], status: str) -> None:
+        pair = job.candidate.pair
+        self.tracker.log_trial(trial_log(self.spec, self.parent_run, self.kinds[pair], job, metrics, tags,
+                                         [{**r, "prompt": self.prompts[pair][r["index"]]} for r in records],
+                                         status))
+
+    def _finish_baseline(self, job: Job) -> None:
+        pair, kind = job.candidate.pair, job.key.rpartition(":")[2]
+        if job.error:
+            raise SweepError(f"baseline {kind} of pair {pair} failed: {job.error}")
+        records = shard_records(list(job.results.values()))
+        self.baselines[pair][kind] = records
+        if baseline_key(pair, kind) in self.study.user_attrs:
+            return  # logged by an earlier session of this sweep; its records came from the cache
+        metrics = trial_metrics(records)
+        self._log(job, metrics, {"specsweep.baseline": kind}, records, "FINISHED")
+        self.study.set_user_attr(baseline_key(pair, kind), metrics)
+
+    def _finish_trial(self, job: Job) -> None:
+        trial = job.trial
+        tags = {"specsweep.trial": str(trial.number)}
+        if job.error is None:
+            results = list(job.results.values())
+            metrics, control = trial_outcome(results, self.baselines.get(job.candidate.pair, {}).get("ar"),
+                                             self.spec.search.seed)
+            records = shard_records(results)
+            self.decode_s += sum(r["wall_s"] for r in records)
+            if control:
+                trial.set_user_attr("control", control)
+            missing = [m for m in self.spec.objectives if m not in metrics]
+            if missing:
+                job.error = f"objective {missing[0]} is undefined for this trial"
+        if job.error is not None:
+            self._log(job, {}, {**tags, "specsweep.error": job.error[:4000]}, [], "FAILED")
+            trial.set_user_attr("error", job.error)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.failed += 1
+        else:
+            trial.set_user_attr("metrics", metrics)
+            if self.spec.constraints:
+                trial.set_user_attr("constraints", constraint_values(metrics, self.spec.constraints))
+            self._log(job, metrics, tags, records, "FINISHED")
+            self.study.tell(trial, [metrics[m] for m in self.spec.objectives])
+        self.progress.finished += 1
+        self.progress.frontier = len(frontier_trials(self.study, self.spec))
+
+    # -- main loop ---------------------------------------------------------------------------
+
+    def run(self, resume: bool = False, fresh: bool = False) -> optuna.Study:
+        if not hasattr(self, "examples"):
+            self.prepare(resume, fresh)
+        self.kinds = self.spec.pair_kinds()
+        self.study = open_study(self.dir, self.spec)
+        self.tracker = Tracker(
+            self.tracking_uri,
+            self.spec.tracking.experiment or self.spec.name,
+            self.root / ".specsweep" / "artifacts",
+            self.dir / "mlflow-pending.jsonl",
+        )
+        self.parent_run = self.tracker.start_sweep(
+            self.spec.name, self.spec_yaml, self.study.user_attrs.get("parent_run")
+        )
+        self.study.set_user_attr("parent_run", self.parent_run)
+        self.study.set_user_attr("tracking_uri", self.tracking_uri)
+        self.tracker.start_background()
+        requeue_interrupted(self.study)
+        done = finished_trials(self.study)
+        self.progress = Progress(self.target, finished=len(done))
+        self.progress.failed = sum(t.state == optuna.trial.TrialState.FAIL for t in done)
+        previous = {signal.getsignal(signal.SIGTERM)}
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        self.started = time.time()
+        try:
+            raycluster.start(self.spec.cluster, self.ray_address)
+            self._start_workers()
+            self._run_baselines()
+            self._run_trials()
+            self._finish()
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        except BaseException:
+            self._interrupt(status="FAILED")
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous.pop())
+            self._send_logs()
+            if ray.is_initialized():
+                ray.shutdown()
+            self.lock.release()
+        return self.study
+
+    def _send_logs(self) -> None:
+        self.tracker.stop_background()
+        # a server that is already failing gets one more try, not three timed-out rounds
+        sent = self.tracker.flush(retries=1 if self.tracker.failing else 3)
+        unsent = 0 if sent else self.tracker.save_pending()
+        if unsent:
+            self.progress.note = f"{unsent} trial logs could not reach MLflow; kept for --resume"
+
+    def _finish(self) -> None:
+        """The sweep's summary on the parent run, which then ends FINISHED (inside the
+        interrupt guard, so a Ctrl-C here still leaves nothing RUNNING)."""
+        from orchestrator.analysis.plots import sweep_plots
+        from orchestrator.analysis.summary import frontier_rows
+        from orchestrator.analysis.timing import timing_report
+
+        self._send_logs()
+        for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
+            self.tracker.attach(self.parent_run, path, "plots")
+        runs = self.tracker.trial_runs(self.parent_run)
+        rows = frontier_rows(self.spec, self.study, {n: run.info.run_id for n, run in runs.items()})
+        table = frontier_table(self.spec, rows, {n: run.info.run_name for n, run in runs.items()})
+        for path in write_frontier(self.spec, table, self.dir):
+            self.tracker.attach(self.parent_run, path, "")
+        report = timing_report(self.study)
+        write_atomic(self.dir / "timing.json", json.dumps(report, indent=1))
+        self.tracker.attach(self.parent_run, self.dir / "timing.json", "")
+        self.tracker.log_sweep_metrics(self.parent_run, {
+            f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
+            for name in ("drift", "baseline_vs_controls") if name in d})
+        flagged = sorted(t for d in report["drift"].values() for t in d["outliers"])
+        if flagged:
+            self.tracker.tag_sweep(self.parent_run, "specsweep.timing_flagged", ",".join(map(str, flagged)))
+        self.tracker.end_sweep(self.parent_run, "FINISHED")
+
+    def _run_baselines(self) -> None:
+        self.baselines: dict[str, dict[str, list[dict]]] = {p.name: {} for p in self.spec.pairs}
+        self.progress.note = "baselines"
+        self.on_progress(self.progress)
+        for pair in self.spec.pairs:
+            for kind in self.spec.baselines:
+                config = baseline_config(self.spec, kind)
+                self._job(
+                    baseline_key(pair.name, kind),
+                    f"{pair.name} {kind} baseline",
+                    Candidate(pair.name, config),
+                )
+        self._drain(lambda job: self._finish_baseline(job))
+        self.progress.note = ""
+
+    def _complete(self, jobs: list[Job], finish: Callable[[Job], None]) -> None:
+        for job in jobs:
+            self.jobs.pop(job.key, None)
+            finish(job)
+            self.on_progress(self.progress)
+
+    def _drain(self, finish: Callable[[Job], None]) -> None:
+        ready = [j for j in self.jobs.values() if j.done]
+        while True:
+            self._complete(ready, finish)
+            if not self.jobs:
+                return
+            self.queue.dispatch()
+            ready = self.queue.collect(timeout=1.0)
+
+    def _run_trials(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._trial_loop()
+        finally:
+            self.trials_s = time.perf_counter() - start
+
+    def _trial_loop(self) -> None:
+        if self.spec.search.guide and self.spec.search.sampler != "grid" and not finished_trials(self.study):
+            for params in guided_start(self.spec, self._space(), tried_keys(self.study), self.target):
+                self.study.enqueue_trial(params)
+        planned = None
+        if self.spec.search.sampler == "grid":  # the target shrinks to what the grid still holds
+            planned, waiting = remaining_grid(self.study, self._space())
+            self.target = min(self.target, self.progress.finished + len(planned) + waiting)
+            self.progress.target = self.target
+        while True:
+            done = self.progress.finished + len(self.jobs)
+            while len(self.jobs) < self.spec.search.parallel and done < self.target:
+                waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+                if planned is not None and not waiting:
+                    if not planned:
+                        break
+                    self.study.enqueue_trial(planned.pop(0))
+                if self._ask() is None:
+                    break
+                done += 1
+            if not self.jobs:
+                return
+            self._complete([j for j in self.jobs.values() if j.done], self._finish_trial)
+            self.queue.dispatch()
+            self._complete(self.queue.collect(timeout=1.0), self._finish_trial)
+
+    def _interrupt(self, status: str = "KILLED") -> None:
+        for job in self.jobs.values():
+            if job.trial is not None:
+                job.trial.set_user_attr("interrupted", True)
+                self.study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
+        self.jobs.clear()
+        self.tracker.stop_background()
+        with contextlib.suppress(TrackingError):  # the error that brought us here says it already
+            self.tracker.end_sweep(self.parent_run, status)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

@@ -1,0 +1,42 @@
+"""What a finished trial measured, from its shards' results: the metrics it is judged on,
+its speed ratios against the pair's `ar` baseline, and its constraint values."""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.analysis.metrics import control_speed, controlled_ratios, paired_bootstrap, trial_metrics
+from orchestrator.sweep.spec import constraint_terms
+
+
+def shard_records(results: list[dict]) -> list[dict]:
+    """Every prompt's record of a job, in prompt order."""
+    return sorted((r for out in results for r in out["records"]), key=lambda r: r["index"])
+
+
+def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int) -> tuple[dict, dict | None]:
+    """(metrics, control) of a trial: its trial metrics; with the `ar` baseline's records,
+    the paired-bootstrap ratios and the ratios against the controls timed beside it; the
+    counts of control and warm-up decodes. `control` ({at, decodes, ms_per_token}) is None
+    when no shard timed a control."""
+    records = shard_records(results)
+    metrics = trial_metrics(records)
+    if ar:
+        metrics.update(paired_bootstrap(records, ar, seed=seed))
+        by_shard = [(out["records"], out.get("controls", [])) for out in results]
+        metrics.update(controlled_ratios(by_shard, ar, seed=seed))
+    controls = [c for out in results for c in out.get("controls", [])]
+    metrics["control_decodes"] = len(controls)
+    metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in results)
+    control = None
+    if controls:
+        control = {"at": min(c["at"] for c in controls), "decodes": len(controls),
+                   "ms_per_token": control_speed(controls)}
+    return metrics, control
+
+
+def constraint_values(metrics: dict, constraints: list[str]) -> list[float]:
+    """One value per constraint, feasible when <= 0 (Optuna's convention): `m >= b` gives
+    b − m, `m <= b` gives m − b; a metric the trial lacks is infeasible."""
+    return [(bound - metrics.get(m, -math.inf)) if op == ">=" else (metrics.get(m, math.inf) - bound)
+            for m, op, bound in constraint_terms(constraints)]

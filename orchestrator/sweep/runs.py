@@ -1,0 +1,103 @@
+"""What each MLflow run of a sweep is called and holds. A trial's run is named for its
+configuration (`toy linear B4 K1 lossless`, `toy-self packed B8 λ0.5`), a baseline's for
+its kind (`toy ar baseline`), so the run list reads without opening a run; the parent run
+carries the sweep's summary: frontier table (CSV and HTML), plots and timing report."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import time
+from pathlib import Path
+
+from orchestrator.files import write_atomic
+from orchestrator.sweep.tracking import TrialLog
+from workloads.decoding import is_exact
+
+
+def run_name(pair: str, config: dict, baseline: str | None = None) -> str:
+    """`<pair> <schedule> B<block> <K or τ> <rule and λ/δ>[ T<temperature>]`, or
+    `<pair> <kind> baseline`."""
+    if baseline:
+        return f"{pair} {baseline} baseline"
+    parts = [pair, config["schedule"], f"B{config['block']}"]
+    if config.get("threshold") is not None:
+        parts.append(f"τ{config['threshold']:g}")
+    elif config.get("steps"):
+        parts.append(f"K{config['steps']}")
+    rule, lenient = config["rule"], config.get("leniency", 0)
+    parts.append({"lossless": "lossless", "linear": f"λ{lenient:g}", "cactus": f"δ{lenient:g}",
+                  "match": f"match λ{lenient:g}"}[rule])
+    if config.get("temperature"):
+        parts.append(f"T{config['temperature']:g}")
+    return " ".join(parts)
+
+
+def trial_params(pair: str, kind: str, config: dict, task) -> dict:
+    """The run's params: the decode config (seed dropped: it is per prompt) with its pair
+    and task."""
+    params = {k: v for k, v in config.items() if k != "seed"}
+    params["stop"] = ",".join(params["stop"])
+    return {**params, "pair": pair, "pair_kind": kind, "task": task.name, "task_limit": task.limit,
+            "task_seed": task.seed}
+
+
+def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: dict, table: list[dict],
+              status: str) -> TrialLog:
+    """The nested run of a finished job (trial or baseline) under the sweep's parent run."""
+    pair, config = job.candidate.pair, job.candidate.config.to_dict()
+    results = job.results.values()
+    return TrialLog(
+        name=run_name(pair, config, tags.get("specsweep.baseline")),
+        tags={"specsweep.sweep": spec.name, "mlflow.parentRunId": parent_run, "specsweep.role": "trial",
+              "specsweep.pair": pair, "specsweep.exact": str(is_exact(job.candidate.config)).lower(),
+              "specsweep.gpu": ",".join(sorted({out.get("gpu", "") for out in results})),
+              "specsweep.nodes": ",".join(sorted({out["node"] for out in results})), **tags},
+        params=trial_params(pair, pair_kind, config, spec.task),
+        metrics=metrics, table=table, status=status,
+        start_ms=int(job.start * 1000), end_ms=int(time.time() * 1000))
+
+
+COLUMNS = ("trial", "run", "pair", "schedule", "block", "effort", "rule", "leniency", "exact", "tied")
+
+
+def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
+    """One flat dict per frontier row (analysis.summary.frontier_rows), objectives as
+    columns, for the parent run's CSV and HTML."""
+    out = []
+    for r in rows:
+        c = r["config"]
+        effort = f"τ={c['threshold']}" if c.get("threshold") is not None else f"K={c.get('steps') or 1}"
+        out.append({"trial": r["trial"], "run": names.get(r["trial"], ""), "pair": r["pair"],
+                    "schedule": c["schedule"], "block": c["block"], "effort": effort, "rule": c["rule"],
+                    "leniency": c["leniency"], "exact": r["exact"], "tied": r.get("tied", False),
+                    **{m: r["objectives"][m] for m in spec.objectives}, "run_id": r.get("run_id") or ""})
+    return out
+
+
+def write_frontier(spec, table: list[dict], folder: Path) -> list[Path]:
+    """frontier.csv and frontier.html (a plain table) in `folder`."""
+    columns = [*COLUMNS, *spec.objectives, "run_id"]
+    text = io.StringIO()
+    writer = csv.DictWriter(text, columns)
+    writer.writeheader()
+    writer.writerows(table)
+    write_atomic(folder / "frontier.csv", text.getvalue())
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns[:-1])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(row, c)}</td>" for c in columns[:-1]) + "</tr>" for row in table)
+    page = (f"<!doctype html><meta charset=utf-8><title>{html.escape(spec.name)} frontier</title>"
+            "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:right}</style>"
+            f"<h3>{html.escape(spec.name)}: frontier on {html.escape(', '.join(spec.objectives))}</h3>"
+            f"<table><tr>{head}</tr>{body}</table>")
+    write_atomic(folder / "frontier.html", page)
+    return [folder / "frontier.csv", folder / "frontier.html"]
+
+
+def _cell(row: dict, column: str) -> str:
+    value = row[column]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(json.dumps(value) if isinstance(value, bool) else str(value))

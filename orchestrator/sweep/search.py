@@ -1,0 +1,82 @@
+"""What to try next: the sampler a spec names, and the rule that keeps a sweep from
+measuring one configuration twice. The driver and the search benchmark's replay both use
+these, so a replayed strategy asks exactly what a live sweep would."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+
+from orchestrator.sweep.spec import SweepSpec
+
+
+def directions(spec: SweepSpec) -> list[str]:
+    return ["maximize" if d == "max" else "minimize" for d in spec.objectives.values()]
+
+
+def make_sampler(spec: SweepSpec, sampler: str | None = None, seed: int | None = None
+                 ) -> optuna.samplers.BaseSampler:
+    """The sampler named by `sampler` (default: the spec's), seeded by `seed` (default: the
+    spec's); grid and random sweeps both get a random sampler, grid points being enqueued.
+    Samplers that support constraints read each trial's `constraints` attribute (<= 0 is
+    feasible)."""
+    name = sampler or spec.search.sampler
+    seed = spec.search.seed if seed is None else seed
+
+    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+        return trial.user_attrs.get("constraints", [0.0])
+
+    kwargs = {"constraints_func": constraints} if spec.constraints else {}
+    if name in ("grid", "random"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **kwargs)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, **kwargs)
+    return optuna.samplers.GPSampler(seed=seed, **kwargs)
+
+
+def replacement(untried: list[dict], trial_number: int) -> dict:
+    """The configuration asked instead of a duplicate proposal (TPE exploits and proposes
+    points already measured): an untried one, chosen reproducibly from the trial's number."""
+    return random.Random(trial_number).choice(untried)
+
+
+def guided_start(spec: SweepSpec, space: list[dict], tried: set, budget: int) -> list[dict]:
+    """Model-guided start: the untried configurations the calibrated throughput model
+    predicts on the (throughput, quality) frontier, at most `budget // 2` of them."""
+    import json
+    from pathlib import Path
+
+    from orchestrator.analysis.throughput import predicted_frontier
+    from orchestrator.sweep.space import params_key
+
+    calibration = json.loads(Path(spec.search.guide).expanduser().read_text())
+    front = predicted_frontier(spec, space, calibration)
+    return [p for p in front if params_key(p) not in tried][: max(1, budget // 2)]
+
+
+def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Complete and failed trials, not counting the interrupted (they are asked again)."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if not t.user_attrs.get("interrupted")]
+
+
+def tried_keys(study: optuna.Study, exclude: int = -1) -> set:
+    """params_key of every configuration finished, failed or in flight (interrupted ones are
+    asked again), other than trial `exclude`'s."""
+    from orchestrator.sweep.space import params_key
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
+    return {params_key(t.params) for t in study.get_trials(deepcopy=False, states=states)
+            if not t.user_attrs.get("interrupted") and t.number != exclude}
+
+
+def remaining_grid(study: optuna.Study, space: list[dict]) -> tuple[list[dict], int]:
+    """(grid points neither finished nor already enqueued, in grid order; how many are
+    enqueued and waiting)."""
+    waiting = [t.system_attrs.get("fixed_params", {})
+               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))]
+    tried = [t.params for t in finished_trials(study)] + waiting
+    return [p for p in space if p not in tried], len(waiting)

@@ -1,0 +1,154 @@
+"""The shard queue: which worker decodes which shard, and what happens when one fails.
+
+Rules, in one place (the driver supplies the Ray calls, so they are testable without Ray):
+- a job (a trial or a baseline) is split into shards; a shard already in the cache is done
+  without decoding, a finished one is written to the cache (atomically, keyed by pair,
+  config, prompts, task and control, so `--resume` never decodes it twice);
+- up to DEPTH shards are queued per worker, so the next one waits in the worker while the
+  driver scores and logs, and a shard goes to the least loaded worker serving its pair;
+- a shard whose worker died is queued again at the front, for another worker if one is
+  free; the dead worker gets nothing until a probe says Ray has restarted it, and one
+  death counts once however many of its calls fail; MAX_LOST deaths fail the job;
+- a shard whose decode raised is retried; MAX_ATTEMPTS failures fail the job (its other
+  shards are dropped, and it is handed back once none of them is in flight).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.files import write_atomic
+from orchestrator.sweep.space import Candidate
+from orchestrator.sweep.workers import Shard
+
+MAX_ATTEMPTS = 2  # per shard, for errors raised by the decode itself
+MAX_LOST = 3  # per shard, for workers that died under it
+DEPTH = 2  # shards queued per worker
+
+
+class WorkerLost(Exception):
+    """The worker died under a call (raised by the driver's `fetch`)."""
+
+
+class ShardFailed(Exception):
+    """The decode raised; the message is its cause in one line (raised by `fetch`)."""
+
+
+@dataclass
+class Job:
+    """One trial (or baseline) in flight."""
+
+    key: str  # "trial:<number>" or a baseline key
+    label: str
+    candidate: Candidate
+    shards: list[Shard]
+    trial: object | None = None  # optuna.Trial; None for baselines
+    results: dict[int, dict] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    lost: dict[int, int] = field(default_factory=dict)
+    start: float = field(default_factory=time.time)
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == len(self.shards)
+
+
+class ShardQueue:
+    """Shards waiting, in flight and cached. `submit(worker, shard)` starts a decode and
+    returns a handle; `wait(handles, timeout)` returns the ready ones; `fetch(handle)` returns
+    a result or raises WorkerLost / ShardFailed; `probe(worker)` returns a handle that is
+    ready once a dead worker is back (its fetch raises WorkerLost while it is not)."""
+
+    def __init__(self, serves: dict[int, list[str]], cache_dir: Path, cache_salt: str,
+                 submit: Callable, wait: Callable, fetch: Callable, probe: Callable):
+        self.serves, self.cache_dir, self.cache_salt = serves, cache_dir, cache_salt
+        self._submit, self._wait, self._fetch, self._probe_call = submit, wait, fetch, probe
+        self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
+        self.inflight: dict = {}  # handle -> (job, shard index, worker)
+        self.load = dict.fromkeys(serves, 0)  # shards queued or running per worker
+        self.restarting: dict[int, object] = {}  # dead worker -> the probe that says it is back
+
+    def cache_path(self, shard: Shard) -> Path:
+        key = json.dumps([shard.pair, shard.config, shard.indices, self.cache_salt]
+                         + ([shard.control] if shard.control else []), sort_keys=True)
+        return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+    def add(self, job: Job) -> None:
+        """Queue the job's shards that the cache does not hold (an unreadable entry is decoded
+        again)."""
+        for i, shard in enumerate(job.shards):
+            try:
+                job.results[i] = json.loads(self.cache_path(shard).read_text())
+            except (OSError, ValueError):
+                self.pending.append((job, i, None))
+
+    def dispatch(self) -> None:
+        """Hand pending shards to workers, up to DEPTH each (see the module docstring)."""
+        while placed := self._place_one():
+            job, i, worker = placed
+            self.inflight[self._submit(worker, job.shards[i])] = placed
+            self.load[worker] += 1
+
+    def _place_one(self) -> tuple[Job, int, int] | None:
+        """The first pending shard some free worker serves, popped, with that worker."""
+        for n, (job, i, avoid) in enumerate(self.pending):
+            free = [w for w, load in self.load.items() if load < DEPTH and w not in self.restarting
+                    and job.candidate.pair in self.serves[w]]
+            if free:
+                self.pending.pop(n)
+                others = [w for w in free if w != avoid]
+                return job, i, min(others or free, key=lambda w: self.load[w])
+        return None
+
+    def collect(self, timeout: float) -> list[Job]:
+        """Wait up to `timeout` for results; returns the jobs that became complete or failed."""
+        if not self.inflight and not self.restarting:
+            return []
+        probes = {ref: w for w, ref in self.restarting.items()}
+        finished = []
+        for ref in self._wait(list(self.inflight) + list(probes), timeout):
+            if ref in probes:
+                self._restarted(probes[ref], ref)
+                continue
+            job, i, worker = self.inflight.pop(ref)
+            self.load[worker] -= 1
+            try:
+                out = self._fetch(ref)
+            except WorkerLost:
+                if worker not in self.restarting:  # one death, however many calls it fails
+                    job.lost[i] = job.lost.get(i, 0) + 1
+                    self.restarting[worker] = self._probe_call(worker)
+                if job.lost[i] < MAX_LOST:
+                    self.pending.insert(0, (job, i, worker))
+                    continue
+                job.error = f"shard {i}: its worker died {MAX_LOST} times"
+            except ShardFailed as err:
+                job.attempts[i] = job.attempts.get(i, 0) + 1
+                if job.attempts[i] < MAX_ATTEMPTS:
+                    self.pending.insert(0, (job, i, worker))
+                    continue
+                job.error = str(err)
+            else:
+                job.results[i] = out
+                write_atomic(self.cache_path(job.shards[i]), json.dumps(out))
+            if job.error is not None:
+                self.pending = [p for p in self.pending if p[0] is not job]
+                if not any(j is job for j, _, _ in self.inflight.values()):
+                    finished.append(job)
+            elif job.done:
+                finished.append(job)
+        return finished
+
+    def _restarted(self, worker: int, ref) -> None:
+        try:
+            self._fetch(ref)
+            del self.restarting[worker]
+        except (WorkerLost, ShardFailed):  # not back yet: ask again shortly
+            time.sleep(0.2)
+            self.restarting[worker] = self._probe_call(worker)

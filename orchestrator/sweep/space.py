@@ -1,0 +1,115 @@
+"""The joint decoding space of a sweep as one conditional decision procedure.
+
+`choose_config(spec, choose)` walks the dimensions in a fixed order and asks `choose(name,
+values)` for each one that applies: the pair (when several), schedule and block (quadratic
+only, and B >= 2, on dual-mode pairs; `|self` / `|two-model` names when a list is cut), the
+effort kind (steps or threshold, when both are given; none for packed/quadratic on dual-mode
+pairs, which draft inside the verify call in one step), K (only values <= B, under a per-B
+name), τ, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule cactus),
+then the sampling settings and the unmasking policy (not chosen for one-step drafts, which
+commit every slot at once: the first listed policy is kept). Optuna trials answer through
+suggest_categorical; the grid enumerates every path of the same procedure, so both see the
+same space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.sweep.spec import SAMPLING, SweepSpec
+from workloads.decoding.config import DecodeConfig
+
+Choose = Callable[[str, list], object]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    pair: str
+    config: DecodeConfig  # seed is set per prompt by the worker
+
+
+def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
+    dims = spec.dimension_values()
+
+    def pick(name: str, key: str | None = None):
+        values = dims[key or name]
+        return values[0] if len(values) == 1 else choose(name, values)
+
+    names = [p.name for p in spec.pairs]
+    pair = names[0] if len(names) == 1 else choose("pair", names)
+    dual = spec.pair_kinds()[pair] == "self"
+    settings: dict = {}
+    fits = {"schedule": lambda s: dual or s != "quadratic", "block": lambda b: not dual or b >= 2}
+    for key, allowed in fits.items():
+        if key in dims:
+            values = [v for v in dims[key] if allowed(v)]
+            label = key if values == dims[key] else f"{key}|{'self' if dual else 'two-model'}"
+            settings[key] = values[0] if len(values) == 1 else choose(label, values)
+    block = settings.get("block", DecodeConfig.block)
+    effort = "steps" if "steps" in dims else "threshold" if "threshold" in dims else None
+    if dual and settings.get("schedule", DecodeConfig.schedule) in ("packed", "quadratic"):
+        effort = None  # the draft comes out of the verify call: one step
+    if "steps" in dims and "threshold" in dims:
+        effort = choose("effort", ["steps", "threshold"])
+    if effort == "steps":
+        allowed = [k for k in dims["steps"] if k <= block]
+        if allowed:
+            label = "steps" if allowed == dims["steps"] else f"steps|B={block}"
+            settings["steps"] = allowed[0] if len(allowed) == 1 else choose(label, allowed)
+        else:
+            settings["steps"] = block  # every listed K exceeds this B: one token per step
+    elif effort == "threshold":
+        settings["threshold"] = pick("threshold")
+    if "rule" in dims:
+        settings["rule"] = pick("rule")
+    rule = settings.get("rule", DecodeConfig.rule)
+    if rule in ("linear", "match") and "leniency" in dims:
+        settings["leniency"] = pick("leniency")
+    elif rule == "cactus" and "delta" in dims:
+        settings["leniency"] = pick("delta")
+    one_step = "threshold" not in settings and settings.get("steps", 1) == 1
+    for key in SAMPLING:
+        if key == "unmask" and one_step and key in dims:
+            settings[key] = dims[key][0]  # one step commits every slot: the order changes nothing
+        elif key in dims:
+            settings[key] = pick(key)
+    return Candidate(pair, DecodeConfig(**settings))
+
+
+def params_key(params: dict) -> tuple:
+    """A hashable identity of a point of the space (its params)."""
+    return tuple(sorted(params.items()))
+
+
+def grid(spec: SweepSpec) -> list[dict]:
+    """Every path through choose_config: the params (name -> value) of each grid point."""
+    points, stack = [], [[]]
+    while stack:
+        prefix = stack.pop()
+        made: list = []
+
+        def choose(name, values, prefix=prefix, made=made):
+            if len(made) < len(prefix):
+                value = prefix[len(made)]
+            else:
+                value = values[0]
+                for alt in reversed(values[1:]):
+                    stack.append([v for _, v in made] + [alt])
+            made.append((name, value))
+            return value
+
+        choose_config(spec, choose)
+        points.append(dict(made))
+    return points
+
+
+def baseline_config(spec: SweepSpec, kind: str) -> DecodeConfig:
+    """`ar` (verifier alone) or `diffusion` (drafter alone, one token per step) with the
+    sweep's first sampling settings and output budget."""
+    dims = spec.dimension_values()
+    first = {k: dims[k][0] for k in ("temperature", "top_k", "top_p", "max_new_tokens") if k in dims}
+    if kind == "ar":
+        return DecodeConfig(schedule="ar", **first)
+    block = dims.get("block", [DecodeConfig.block])[0]
+    return DecodeConfig(schedule="diffusion", block=block, steps=block, **first)

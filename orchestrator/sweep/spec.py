@@ -1,0 +1,298 @@
+"""SweepSpec: the YAML a user launches, validated before anything runs.
+
+Every error is one line naming the offending key (`spec: space.leniency: ...`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from orchestrator.analysis.metrics import TRIAL_METRICS
+from workloads.decoding.config import ConfigError, DecodeConfig
+from workloads.models.pair import PairError, pair_kind
+from workloads.tasks import TASKS
+
+SAMPLERS = ("grid", "random", "tpe", "nsga2", "gp")
+BASELINES = ("ar", "diffusion")
+# Dimensions of the joint space: DecodeConfig fields, plus δ (`delta`), which is the
+# leniency under rule cactus while `leniency` is λ under linear and match.
+# Settings chosen after the schedule, effort and rule (see space.py).
+SAMPLING = (
+    "unmask",
+    "temperature",
+    "top_k",
+    "top_p",
+    "draft_temperature",
+    "draft_top_k",
+    "draft_top_p",
+    "max_new_tokens",
+)
+DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING)
+_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+
+
+class SpecError(ValueError):
+    """An invalid sweep spec; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PairSpec(_Strict):
+    name: str
+    drafter: str | None = None
+    verifier: str | None = None
+    model: str | None = None
+    profile: dict[str, Any] | None = None
+    # Loading options for every model of the pair (workloads/models/pair.py).
+    dtype: Literal["bfloat16", "float16", "float32"] | None = None
+    device: str | None = None  # cuda in a GPU worker means that worker's GPU
+    attn_implementation: str | None = None
+    trust_remote_code: bool = False
+    runtime_env: dict[str, Any] | None = None  # Ray runtime_env of this pair's workers (placement: split)
+
+    def load_spec(self) -> str | dict:
+        """What `load_pair` takes: the bundled name, or the mapping of paths / hub ids."""
+        refs = {
+            k: v
+            for k, v in (("drafter", self.drafter), ("verifier", self.verifier), ("model", self.model))
+            if v is not None
+        }
+        if not refs:
+            return self.name
+        options = {k: getattr(self, k) for k in ("profile", "dtype", "device", "attn_implementation")
+                   if getattr(self, k) is not None}
+        if self.trust_remote_code:
+            options["trust_remote_code"] = True
+        return {"name": self.name, **refs, **options}
+
+
+class TaskSpec(_Strict):
+    name: str
+    limit: int | None = Field(None, ge=1, le=1_000_000)  # arith generates its prompts: bound them
+    seed: int = 0
+    data: str | None = None
+    chat: bool = False  # wrap prompts in each pair's chat template
+    system: str | None = None  # system prompt (needs chat)
+    shots: int = Field(0, ge=0)  # solved examples before each question
+
+    @model_validator(mode="after")
+    def _system_needs_chat(self):
+        if self.system is not None and not self.chat:
+            raise ValueError("system: a system prompt needs chat: true")
+        return self
+
+
+class RangeSpec(_Strict):
+    low: float
+    high: float
+    step: float = Field(gt=0)
+
+    def values(self) -> list[float | int]:
+        ints = all(float(v).is_integer() for v in (self.low, self.high, self.step))
+        count = int(round((self.high - self.low) / self.step)) + 1
+        out = [self.low + i * self.step for i in range(count) if self.low + i * self.step <= self.high + 1e-9]
+        return [int(round(v)) for v in out] if ints else [round(v, 10) for v in out]
+
+
+class SearchSpec(_Strict):
+    sampler: Literal["grid", "random", "tpe", "nsga2", "gp"] = "tpe"
+    trials: int = Field(20, ge=1)
+    parallel: int = Field(2, ge=1)
+    seed: int = Field(0, ge=0, le=2**32 - 1)  # what Optuna's samplers accept
+    storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
+    guide: str | None = None  # calibration JSON (`model calibrate`): enqueue the predicted frontier first
+
+
+class TrackingSpec(_Strict):
+    uri: str | None = None  # default: sqlite store in the sweep directory
+    experiment: str | None = None  # default: the sweep name
+
+
+class ClusterSpec(_Strict):
+    address: str = "local"
+    # Worker slots (actors). "auto": every slot of the cluster, i.e. all GPUs (or all units of a
+    # custom resource), or cpu_slots_per_node on every node for cpu.
+    slots: int | Literal["auto"] = 2
+    resource: str = "cpu"  # cpu | gpu | a custom Ray resource name (simulated GPU slots)
+    cpu_slots_per_node: int = Field(1, ge=1)
+    placement: Literal["shared", "split"] = "shared"  # every worker serves every pair, or pairs split
+
+    @field_validator("slots")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 or 'auto'")
+        return v
+
+
+class SweepSpec(_Strict):
+    name: str
+    pairs: list[PairSpec] = Field(min_length=1)
+    task: TaskSpec
+    space: dict[str, Any]
+    objectives: dict[str, Literal["max", "min"]]
+    constraints: list[str] = []
+    search: SearchSpec = SearchSpec()
+    baselines: list[Literal["ar", "diffusion"]] = ["ar"]
+    tracking: TrackingSpec = TrackingSpec()
+    cluster: ClusterSpec = ClusterSpec()
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError("letters, digits, '.', '_' or '-' (at most 64), e.g. my-sweep")
+        return v
+
+    @field_validator("pairs", mode="before")
+    @classmethod
+    def _names(cls, v):
+        return [{"name": p} if isinstance(p, str) else p for p in v] if isinstance(v, list) else v
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives(cls, v: dict) -> dict:
+        if not 2 <= len(v) <= 3:
+            raise ValueError(f"give 2 or 3 objectives; got {len(v)}")
+        for name in v:
+            if name not in TRIAL_METRICS:
+                raise ValueError(f"unknown metric {name!r}; known: {', '.join(TRIAL_METRICS)}")
+        return v
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints(cls, v: list[str]) -> list[str]:
+        for c in v:
+            m = _CONSTRAINT.match(c)
+            if not m or m.group(1) not in TRIAL_METRICS:
+                raise ValueError(
+                    f"{c!r}: expected '<metric> >= <number>' or '<=' with a metric of "
+                    f"{', '.join(TRIAL_METRICS)}"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _pairs_unique(self):
+        names = [p.name for p in self.pairs]
+        if len(set(names)) != len(names):
+            raise ValueError("pairs: pair names must be unique")
+        if any(p.runtime_env for p in self.pairs) and self.cluster.placement != "split":
+            raise ValueError("pairs: runtime_env needs cluster.placement: split (one pair per worker)")
+        return self
+
+    def dimension_values(self) -> dict[str, list]:
+        return {k: _values(k, v) for k, v in self.space.items()}
+
+    def pair_kinds(self) -> dict[str, str]:
+        return {p.name: pair_kind(p.load_spec()) for p in self.pairs}
+
+
+def constraint_terms(constraints: list[str]) -> list[tuple[str, str, float]]:
+    return [(m.group(1), m.group(2), float(m.group(3))) for m in map(_CONSTRAINT.match, constraints)]
+
+
+def _values(key: str, raw: Any) -> list:
+    if isinstance(raw, dict):
+        try:
+            rng = RangeSpec(**raw)
+        except ValidationError as err:
+            raise SpecError(f"spec: space.{key}: a range needs low, high, step>0 ({_first(err)})") from None
+        if rng.high < rng.low:
+            raise SpecError(f"spec: space.{key}: range high < low")
+        return rng.values()
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise SpecError(f"spec: space.{key}: empty list")
+    return values
+
+
+def _check_space(spec: SweepSpec) -> None:
+    if not spec.space:
+        raise SpecError("spec: space: empty; give at least one dimension (e.g. schedule: [linear, packed])")
+    for key in spec.space:
+        if key not in DIMENSIONS:
+            raise SpecError(f"spec: space.{key}: unknown dimension; known: {', '.join(DIMENSIONS)}")
+    dims = spec.dimension_values()
+    blocks = dims.get("block", [DecodeConfig.block])
+    for key, values in dims.items():
+        for value in values:
+            base: dict[str, Any] = {
+                "block": max(b for b in blocks if isinstance(b, int))
+                if key == "steps"
+                else DecodeConfig.block
+            }
+            if key == "leniency":
+                base["rule"] = "linear"
+            field = "leniency" if key == "delta" else key
+            if key == "delta":
+                base["rule"] = "cactus"
+            try:
+                DecodeConfig(**{**base, field: value})
+            except ConfigError as err:
+                raise SpecError(f"spec: space.{key}: {err}") from None
+            except TypeError:
+                raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
+    if "quadratic" in dims.get("schedule", []) and "self" not in spec.pair_kinds().values():
+        raise SpecError("spec: space.schedule: quadratic needs a dual-mode pair (a pair with `model:`)")
+    if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
+        raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")
+
+
+def _first(err: ValidationError) -> str:
+    e = err.errors()[0]
+    where = ".".join(str(p) for p in e["loc"])
+    return f"{where}: {e['msg']}" if where else e["msg"]
+
+
+def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"spec: {source} must hold a mapping (name, pairs, task, space, objectives, ...)")
+    try:
+        spec = SweepSpec(**data)
+    except ValidationError as err:
+        raise SpecError(f"spec: {_first(err)}") from None
+    if spec.task.name not in TASKS:
+        raise SpecError(
+            f"spec: task.name: unknown task {spec.task.name!r}; known: {', '.join(sorted(TASKS))}"
+        )
+    if spec.search.guide is not None and not Path(spec.search.guide).expanduser().is_file():
+        raise SpecError(f"spec: search.guide: no calibration file {spec.search.guide}")
+    if spec.task.data is not None and not Path(spec.task.data).expanduser().exists():
+        raise SpecError(f"spec: task.data: {spec.task.data} does not exist")
+    try:
+        spec.pair_kinds()
+    except PairError as err:
+        raise SpecError(f"spec: pairs: {err}") from None
+    _check_space(spec)
+    return spec
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"spec: no such file {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as err:
+        raise SpecError(f"spec: {path} is not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"spec: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    return parse_spec(data, str(path))
+
+
+def check_runnable(spec: SweepSpec, local: bool) -> None:
+    """What a valid spec still needs before it runs: a prompt count for the generated task,
+    and (on a local Ray head) a slot count that does not depend on the cluster."""
+    if spec.task.name == "arith" and spec.task.limit is None:
+        raise SpecError("spec: task.limit: arith generates its prompts; say how many (e.g. 40)")
+    c = spec.cluster
+    if local and c.slots == "auto" and c.resource not in ("cpu", "gpu"):
+        raise SpecError(f"spec: cluster.slots: auto needs a cluster that declares {c.resource!r}; "
+                        "give a number of slots for a local run")

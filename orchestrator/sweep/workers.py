@@ -1,0 +1,192 @@
+"""Ray actors that keep model pairs resident and decode shards of a trial's prompts.
+
+One actor per worker slot (a GPU with `num_gpus=1`, a CPU slot, or a custom resource that
+simulates GPU slots in tests). An actor loads each pair it serves once and keeps it across
+trials. A shard is (pair, config, prompt indices); each prompt's seed derives from (sweep
+seed, prompt index), so a retried shard reproduces its records exactly. When the model
+engine itself fails (CUDA errors, out of memory) the process exits so Ray restarts it clean.
+
+Timing honesty: the first time a process decodes with a pair (after loading it, and so
+after any restart) it first decodes WARMUP prompts untimed, with the shard's config and
+with its control config, so no timed decode pays for lazy initialisation. A shard of a
+trial also decodes its *controls*: the `ar` baseline config on CONTROLS of its own prompts,
+each right before the trial's decode of that prompt, so the trial's speed can be compared
+with `ar` timed under the same conditions (orchestrator/analysis/metrics.py: controlled_ratios).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from dataclasses import dataclass, replace
+
+import ray
+
+from workloads.decoding import DecodeConfig, decode
+from workloads.tasks import Example
+
+FATAL = ("CUDA error", "out of memory", "CUBLAS_STATUS", "device-side assert")
+WARMUP = 2  # untimed prompts per pair and process, before its first timed decode
+CONTROLS = 3  # prompts per trial shard also decoded with `ar` under the same conditions
+
+
+def prompt_seed(sweep_seed: int, index: int) -> int:
+    """Seed of prompt `index` in a sweep: the same for every config, worker and retry."""
+    digest = hashlib.sha256(f"{sweep_seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Shard:
+    trial: int  # Optuna trial number, or a negative id for baselines
+    pair: str
+    config: dict  # DecodeConfig.to_dict()
+    indices: tuple[int, ...]
+    control: dict | None = None  # the `ar` baseline's DecodeConfig.to_dict(), timed beside the trial
+
+
+def serving(pairs: list[str], slots: int, placement: str) -> dict[int, list[str]]:
+    """Worker index -> the pairs it serves: all of them (`shared`), or pairs dealt round
+    robin so each worker holds one (`split`)."""
+    if placement == "split":
+        return {i: [pairs[i % len(pairs)]] for i in range(slots)}
+    return {i: pairs for i in range(slots)}
+
+
+def control_positions(n: int, count: int = CONTROLS) -> list[int]:
+    """Which of a shard's n prompts (positions) get a control: `count` spread evenly, first
+    and last included, so drift within the shard falls on controls and trial alike."""
+    if n <= count:
+        return list(range(n))
+    return sorted({round(k * (n - 1) / (count - 1)) for k in range(count)})
+
+
+class PairWorker:
+    """Actor body; see the module docstring."""
+
+    def __init__(self, pairs: dict[str, str | dict], task: str, sweep_seed: int):
+        from workloads.tasks import TASKS
+
+        self.pair_specs = pairs
+        self.pairs: dict = {}
+        self.task = TASKS[task]()  # scoring only: examples arrive with the shard
+        self.sweep_seed = sweep_seed
+        self.warm: set[str] = set()  # pairs this process has decoded its warm-up prompts with
+
+    def _pair(self, name: str):
+        if name not in self.pairs:
+            from workloads.models import load_pair
+
+            self.pairs[name] = load_pair(self.pair_specs[name])
+        return self.pairs[name]
+
+    def info(self) -> dict:
+        return {"node": _node(), "pid": os.getpid(), "gpu": _gpu_name(), "hardware": hardware()}
+
+    def load(self, names: list[str]) -> None:
+        for name in names:
+            self._pair(name)
+
+    def _decode(self, pair, prompt: str, config: DecodeConfig):
+        try:
+            return decode(pair, prompt, config)
+        except RuntimeError as err:
+            if any(s in str(err) for s in FATAL):
+                os._exit(1)  # a broken engine: let Ray restart this worker
+            raise
+
+    def _warm_up(self, name: str, pair, configs: list[DecodeConfig], prompts: list[str]) -> int:
+        """Untimed decodes of the first WARMUP prompts, once per pair and process; returns
+        how many were made (0 when the pair is already warm)."""
+        if name in self.warm:
+            return 0
+        made = 0
+        for prompt in prompts[:WARMUP]:
+            for config in configs:
+                self._decode(pair, prompt, config)
+                made += 1
+        self.warm.add(name)
+        return made
+
+    def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
+        """Decode and score every (example, formatted prompt) of the shard, with the shard's
+        controls; returns the per-prompt records, the control records (`index`, `new_tokens`,
+        `wall_s`, `at`: when it ran), how many untimed warm-up decodes preceded them, the Ray
+        node and the GPU model."""
+        pair = self._pair(shard.pair)
+        base = DecodeConfig.from_dict(shard.config)
+        control = DecodeConfig.from_dict(shard.control) if shard.control else None
+        configs = [base] + ([control] if control else [])
+        warmup = self._warm_up(shard.pair, pair, configs, [p for _, p in items])
+        controlled = set(control_positions(len(items))) if control else set()
+        records, controls = [], []
+        for position, (example, prompt) in enumerate(items):
+            seed = prompt_seed(self.sweep_seed, example.index)
+            if position in controlled:
+                at = time.time()
+                timed = self._decode(pair, prompt, replace(control, seed=seed))
+                controls.append({"index": example.index, "new_tokens": timed.new_tokens,
+                                 "wall_s": timed.wall_s, "at": at})
+            result = self._decode(pair, prompt, replace(base, seed=seed))
+            record = result.to_dict()
+            record.pop("accept_lengths")
+            score = self.task.judge(example, result.text)
+            record.update(index=example.index, correct=score.correct, detail=score.detail)
+            records.append(record)
+        _release_device_memory()
+        return {"records": records, "controls": controls, "warmup": warmup, "node": _node(),
+                "gpu": _gpu_name()}
+
+
+def _node() -> str:
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+
+
+def hardware() -> dict:
+    """What timings depend on: CPU model and cores, GPU model and count, torch and
+    transformers versions, torch threads in this process."""
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return {"cpu": cpu, "cpu_cores": os.cpu_count(), "gpu": _gpu_name() if gpus else None, "gpus": gpus,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def _release_device_memory() -> None:
+    """Return the shard's cached KV blocks and activations to the GPU between trials, so a
+    trial's peak memory does not carry into the next configuration's."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def start_workers(runtime_envs: list[dict | None], resource: str, pairs: dict[str, str | dict], task: str,
+                  sweep_seed: int) -> list:
+    """One actor per slot (len(runtime_envs)), each holding one unit of `resource` (cpu, gpu
+    or custom), spread over the cluster's nodes; runtime_envs[i] is slot i's Ray runtime_env."""
+    if resource == "cpu":
+        options = {"num_cpus": 1}
+    elif resource == "gpu":
+        options = {"num_gpus": 1, "num_cpus": 1}
+    else:
+        options = {"num_cpus": 0, "resources": {resource: 1}}
+    actor = ray.remote(max_restarts=-1, max_task_retries=0)(PairWorker)
+    return [actor.options(**options, scheduling_strategy="SPREAD", **({"runtime_env": env} if env else {}))
+            .remote(pairs, task, sweep_seed) for env in runtime_envs]

@@ -1,0 +1,100 @@
+"""Speed ratios that hold when the machine changes under the sweep: a baseline slowed down
+while it ran leaves the trials' ratios alone, and the drift report shows the slowdown."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import yaml
+
+from orchestrator.analysis.timing import describe, timing_report
+from orchestrator.sweep.driver import Driver
+from orchestrator.sweep.spec import parse_spec
+
+SPEC = {
+    "name": "throttled",
+    "pairs": ["toy"],
+    "task": {"name": "arith", "limit": 8},
+    "space": {"schedule": ["linear"], "block": [4], "steps": [1, 2], "max_new_tokens": 24},
+    "objectives": {"throughput_tps": "max", "accuracy": "max"},
+    "search": {"sampler": "grid", "trials": 2, "parallel": 1, "seed": 0},
+    "baselines": ["ar"],
+    "cluster": {"slots": 1, "resource": "gpu_slot"},
+}
+STOPPED_S, RUNNING_S = 0.03, 0.01  # a worker runs a quarter of the time while throttled
+
+
+def throttle_during_baselines(driver: Driver, done: threading.Event, cycles: list[int]) -> None:
+    """Stop and continue the workers (SIGSTOP / SIGCONT) from their start until the driver's
+    baselines are over, and not after: a neighbour that hogs the machine only while `ar` is
+    timed. Counts its stop/continue cycles in `cycles`."""
+    while not done.is_set() and not getattr(driver, "worker_info", None):
+        time.sleep(0.001)
+    pids = [i["pid"] for i in getattr(driver, "worker_info", [])]
+    try:
+        while not done.is_set() and not getattr(driver, "baselines_done", False):
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(STOPPED_S)
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(RUNNING_S)
+            cycles[0] += 1
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+class Throttled(Driver):
+    """A driver that says when its baselines are over."""
+
+    def _run_baselines(self) -> None:
+        super()._run_baselines()
+        self.baselines_done = True
+
+
+@pytest.fixture(scope="module")
+def throttled(tmp_path_factory):
+    spec = parse_spec(SPEC)
+    driver = Throttled(spec, yaml.safe_dump(SPEC), tmp_path_factory.mktemp("throttled"))
+    done, cycles = threading.Event(), [0]
+    thread = threading.Thread(target=throttle_during_baselines, args=(driver, done, cycles), daemon=True)
+    thread.start()
+    try:
+        driver.run()
+    finally:
+        done.set()
+        thread.join()
+    assert cycles[0] > 20, "the workers were never throttled"
+    return driver
+
+
+def test_a_baseline_slowed_while_it_ran_leaves_the_trial_ratios_alone(throttled):
+    trials = throttled.study.get_trials()
+    baseline_tps = throttled.study.user_attrs["baseline:toy:ar"]["throughput_tps"]
+    assert len(trials) == 2
+    for t in trials:
+        m = t.user_attrs["metrics"]
+        assert m["control_decodes"] == 3  # one shard of 8 prompts, 3 of them also decoded by `ar`
+        assert m["warmup_decodes"] == 0  # the worker warmed the pair up before the baseline
+        assert m["baseline_slowdown"] > 2  # the baseline really ran slower than the trial's controls
+        naive = m["throughput_tps"] / baseline_tps  # what a ratio against the full baseline says
+        assert naive > 2 * m["throughput_ratio"]
+        # against its controls the trial is as fast as speculation makes it on the toy pair
+        # (1.2-2x `ar`, README), whatever the baseline went through
+        assert 0.8 < m["throughput_ratio"] < 3.5
+        assert m["throughput_ratio_lo"] <= m["throughput_ratio"] <= m["throughput_ratio_hi"]
+
+
+def test_the_drift_report_shows_the_slowed_baseline(throttled):
+    report = timing_report(throttled.study)
+    toy = report["drift"]["toy"]
+    assert toy["trials"] == 2 and toy["baseline_vs_controls"] > 2
+    assert 0.5 < toy["drift"] < 2 and toy["outliers"] == []
+    line = describe(report)[0]
+    assert line.startswith("toy ar controls:") and "full ar baseline" in line
+    hardware = report["hardware"][0]
+    assert {"cpu", "cpu_cores", "gpu", "gpus", "torch", "transformers", "threads"} <= set(hardware)
+    assert (throttled.dir / "timing.json").is_file()

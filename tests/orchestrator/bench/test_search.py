@@ -1,0 +1,36 @@
+from orchestrator.bench.search import STRATEGIES, fractions, replay
+from orchestrator.sweep.space import grid
+from orchestrator.sweep.spec import parse_spec
+
+SPEC = parse_spec(
+    {
+        "name": "r",
+        "pairs": ["toy"],
+        "task": {"name": "arith", "limit": 2},
+        "space": {
+            "block": [2, 4, 8],
+            "steps": [1, 2, 4],
+            "rule": ["lossless", "linear"],
+            "leniency": [0.5, 1.0],
+        },
+        "objectives": {"throughput_tps": "max", "accuracy": "max"},
+    }
+)
+
+
+def table():
+    out = {}
+    for p in grid(SPEC):
+        speed = 100 * p.get("block", 2) / (p.get("steps|B=4", p.get("steps|B=8", p.get("steps", 1))))
+        out[tuple(sorted(p.items()))] = (speed + 50 * p.get("leniency", 0), 1.0 - 0.5 * p.get("leniency", 0))
+    return out
+
+
+def test_every_strategy_asks_distinct_grid_points_and_full_grid_reaches_all():
+    t = table()
+    for strategy in STRATEGIES:
+        points = replay(SPEC, t, strategy, seed=0, budget=len(t), guide=[dict(next(iter(t)))])
+        assert len(points) == len(t) and set(points) <= set(t.values())
+        assert fractions(SPEC, t, points, shares=(1.0,)) == [1.0]
+    partial = fractions(SPEC, t, replay(SPEC, t, "tpe", 0, 5), shares=(0.1, 0.25))
+    assert all(0 <= f <= 1 for f in partial)

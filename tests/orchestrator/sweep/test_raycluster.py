@@ -1,0 +1,60 @@
+"""Ray start-up: an interrupted local `ray.init` leaves no Ray process behind."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sweep import raycluster
+
+# Sends itself SIGINT as soon as Ray's dashboard agent exists (Ray spawns it mid-`ray.init`),
+# then reports whether the init had finished.
+INTERRUPTED = textwrap.dedent("""
+    import os, signal, threading, time
+    from pathlib import Path
+    import ray
+    from orchestrator.sweep import raycluster
+    from orchestrator.sweep.spec import ClusterSpec
+
+    def watch():
+        while True:
+            for proc in Path("/proc").glob("[0-9]*"):
+                try:
+                    command = (proc / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"dashboard/agent.py" in command and f"_{os.getpid()}/".encode() in command:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        raycluster.start(ClusterSpec(slots=1), None)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        print("interrupted", ray.is_initialized(), flush=True)
+""")
+
+
+def _session_processes(pid: int) -> list[str]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"{raycluster.temp_dir()}/session_" in command and f"_{pid}/" in command:
+            found.append(command[:120])
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reaping reads /proc (Linux)")
+def test_sigint_during_ray_start_leaves_no_ray_process():
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=120)
+    assert out.strip() == "interrupted False"  # the interrupt landed inside ray.init
+    assert _session_processes(proc.pid) == []
+

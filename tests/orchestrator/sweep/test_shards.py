@@ -1,0 +1,152 @@
+"""The shard queue's rules without Ray: fake workers whose calls succeed, raise, or die."""
+
+from orchestrator.sweep.shards import DEPTH, MAX_ATTEMPTS, MAX_LOST, Job, ShardFailed, ShardQueue, WorkerLost
+from orchestrator.sweep.space import Candidate
+from orchestrator.sweep.workers import Shard
+from workloads.decoding import DecodeConfig
+
+
+class Handle:
+    """A call in flight, hashed by identity like a Ray ObjectRef."""
+
+    def __init__(self, worker, outcome, shard=None):
+        self.worker, self.outcome, self.shard = worker, outcome, shard
+
+
+class Workers:
+    """`outcomes[worker]` lists what its successive calls do: "ok", "raise" or "die". A dead
+    worker's probe stays unready for `down` collects, then it is back."""
+
+    def __init__(self, outcomes: dict[int, list[str]], down: int = 0):
+        self.outcomes, self.down = outcomes, down
+        self.calls: list[tuple[int, tuple]] = []  # (worker, prompt indices) per submit
+        self.probes = 0
+
+    def submit(self, worker, shard):
+        self.calls.append((worker, shard.indices))
+        plan = self.outcomes.get(worker, [])
+        return Handle(worker, plan.pop(0) if plan else "ok", shard)
+
+    def probe(self, worker):
+        self.probes += 1
+        return Handle(worker, "back" if self.probes > self.down else "down")
+
+    @staticmethod
+    def wait(handles, timeout):
+        return handles[:1]
+
+    @staticmethod
+    def fetch(handle):
+        if handle.outcome in ("die", "down"):
+            raise WorkerLost
+        if handle.outcome == "raise":
+            raise ShardFailed("ValueError: bad config")
+        return {"worker": handle.worker, "records": list(handle.shard.indices) if handle.shard else []}
+
+
+def queue(tmp_path, workers, serves=None):
+    return ShardQueue(serves or {0: ["toy"], 1: ["toy"]}, tmp_path, "task", workers.submit, workers.wait,
+                      workers.fetch, workers.probe)
+
+
+def job(shards=2, pair="toy"):
+    return Job(f"trial:{shards}", "t", Candidate(pair, DecodeConfig()),
+               [Shard(0, pair, {"block": 4}, (2 * i, 2 * i + 1)) for i in range(shards)])
+
+
+def drain(q, limit=100):
+    done = []
+    for _ in range(limit):
+        q.dispatch()
+        done += q.collect(0)
+        if not q.inflight and not q.pending and not q.restarting:
+            return done
+    raise AssertionError("queue did not drain")
+
+
+def test_shards_spread_over_workers_at_most_depth_each(tmp_path):
+    w = Workers({})
+    q = queue(tmp_path, w)
+    q.add(job(shards=5))
+    q.dispatch()
+    assert sorted(q.load.values()) == [DEPTH, DEPTH]  # 4 handed out, least loaded first
+    assert [c[0] for c in w.calls] == [0, 1, 0, 1]
+    assert len(q.pending) == 1
+    assert drain(q)[0].done
+
+
+def test_a_finished_shard_is_cached_and_not_decoded_again(tmp_path):
+    w = Workers({})
+    q = queue(tmp_path, w)
+    first = job()
+    q.add(first)
+    drain(q)
+    assert len(w.calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
+    again = job()
+    queue(tmp_path, w).add(again)
+    assert again.done and again.results == first.results and len(w.calls) == 2
+    next(tmp_path.glob("*.json")).write_text("{cut")  # unreadable: decoded again
+    third = job()
+    q3 = queue(tmp_path, w)
+    q3.add(third)
+    assert len(q3.pending) == 1
+
+
+def test_a_shard_that_raises_is_retried_then_fails_its_job(tmp_path):
+    w = Workers({0: ["raise"] * MAX_ATTEMPTS})
+    q = queue(tmp_path, w, serves={0: ["toy"]})
+    j = job(shards=1)
+    q.add(j)
+    assert drain(q) == [j]
+    assert j.error == "ValueError: bad config" and j.attempts == {0: MAX_ATTEMPTS}
+    assert len(w.calls) == MAX_ATTEMPTS
+
+
+def test_a_failed_job_drops_its_other_shards(tmp_path):
+    w = Workers({0: ["raise"] * 4})
+    q = queue(tmp_path, w, serves={0: ["toy"]})
+    j = job(shards=3)
+    q.add(j)
+    done = drain(q)
+    assert done == [j] and j.error and not q.pending
+    assert len(w.calls) < 2 + 3  # the third shard never ran after the job failed
+
+
+def test_a_dead_worker_gets_nothing_until_its_probe_says_it_is_back(tmp_path):
+    w = Workers({0: ["die"]}, down=2)
+    q = queue(tmp_path, w)
+    j = job(shards=1)
+    q.add(j)
+    q.dispatch()
+    q.collect(0)  # worker 0 died under the shard
+    assert 0 in q.restarting and j.lost == {0: 1}
+    q.dispatch()
+    assert w.calls[-1][0] == 1  # requeued at the front, for the other worker
+    assert drain(q) == [j] and j.error is None and j.results[0]["worker"] == 1
+    assert w.probes == 3  # asked again while it was down
+
+
+def test_one_death_counts_once_and_max_lost_deaths_fail_the_job(tmp_path):
+    w = Workers({0: ["die"] * MAX_LOST})
+    q = queue(tmp_path, w, serves={0: ["toy"]})  # the only worker: it must wait for the restart
+    j = job(shards=1)
+    q.add(j)
+    assert drain(q) == [j]
+    assert j.lost == {0: MAX_LOST} and j.error == f"shard 0: its worker died {MAX_LOST} times"
+
+
+def test_a_shard_goes_only_to_workers_that_serve_its_pair(tmp_path):
+    w = Workers({})
+    q = queue(tmp_path, w, serves={0: ["toy"], 1: ["toy-self"]})
+    q.add(job(shards=3, pair="toy-self"))
+    drain(q)
+    assert {c[0] for c in w.calls} == {1}
+
+
+def test_the_cache_key_holds_the_task_and_the_control(tmp_path):
+    shard = job(shards=1).shards[0]
+    path, other = (ShardQueue({0: ["toy"]}, tmp_path, salt, None, None, None, None).cache_path
+                   for salt in ("task-a", "task-b"))
+    assert path(shard) != other(shard)
+    assert path(shard) != path(Shard(0, "toy", {"block": 4}, (0, 1), control={"schedule": "ar"}))
+    assert path(shard) == path(Shard(7, "toy", {"block": 4}, (0, 1)))  # the trial number is not in it
