@@ -19,7 +19,6 @@ TRIAL_METRICS = (
     "throughput_ratio",
     "latency_ratio",
 )
-DIRECTIONS = ("max", "min")
 
 
 def _sum(records: list[dict], key: str) -> float:

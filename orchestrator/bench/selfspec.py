@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from orchestrator.analysis.metrics import paired_bootstrap
+from orchestrator.bench.decode import decode_all
 from workloads.decoding import DecodeConfig
-from workloads.decoding.bench import decode_all
 from workloads.models.pair import SelfPair
 
 

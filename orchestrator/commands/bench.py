@@ -53,7 +53,7 @@ def decode_bench(
     from rich.console import Console
     from rich.table import Table
 
-    from workloads.decoding.bench import default_grid, run_benchmark
+    from orchestrator.bench.decode import default_grid, run_benchmark
     from workloads.models import load_pair
 
     loaded = load_pair(pair)

@@ -71,7 +71,7 @@ def decode(
 
     from workloads.decoding import DecodeConfig
     from workloads.decoding import decode as run_decode
-    from workloads.decoding.engine import check_kind
+    from workloads.decoding.kinds import check_kind
     from workloads.models import load_pair
     from workloads.models.pair import pair_kind
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.sweep.spec import SAMPLING, SweepSpec
+from orchestrator.sweep.spec import LENIENCY, SAMPLING, SweepSpec
 from workloads.decoding.config import DecodeConfig
+from workloads.decoding.kinds import allows_schedule, min_block, one_step
 
 Choose = Callable[[str, list], object]
 
@@ -38,18 +39,18 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
 
     names = [p.name for p in spec.pairs]
     pair = names[0] if len(names) == 1 else choose("pair", names)
-    dual = spec.pair_kinds()[pair] == "self"
+    kind = spec.pair_kinds()[pair]
     settings: dict = {}
-    fits = {"schedule": lambda s: dual or s != "quadratic", "block": lambda b: not dual or b >= 2}
+    fits = {"schedule": lambda s: allows_schedule(kind, s), "block": lambda b: b >= min_block(kind)}
     for key, allowed in fits.items():
         if key in dims:
             values = [v for v in dims[key] if allowed(v)]
-            label = key if values == dims[key] else f"{key}|{'self' if dual else 'two-model'}"
+            label = key if values == dims[key] else f"{key}|{kind}"
             settings[key] = values[0] if len(values) == 1 else choose(label, values)
     block = settings.get("block", DecodeConfig.block)
     effort = "steps" if "steps" in dims else "threshold" if "threshold" in dims else None
-    if dual and settings.get("schedule", DecodeConfig.schedule) in ("packed", "quadratic"):
-        effort = None  # the draft comes out of the verify call: one step
+    if one_step(kind, settings.get("schedule", DecodeConfig.schedule)):
+        effort = None
     if "steps" in dims and "threshold" in dims:
         effort = choose("effort", ["steps", "threshold"])
     if effort == "steps":
@@ -64,13 +65,11 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
     if "rule" in dims:
         settings["rule"] = pick("rule")
     rule = settings.get("rule", DecodeConfig.rule)
-    if rule in ("linear", "match") and "leniency" in dims:
-        settings["leniency"] = pick("leniency")
-    elif rule == "cactus" and "delta" in dims:
-        settings["leniency"] = pick("delta")
-    one_step = "threshold" not in settings and settings.get("steps", 1) == 1
+    if LENIENCY.get(rule) in dims:
+        settings["leniency"] = pick(LENIENCY[rule])
+    single = "threshold" not in settings and settings.get("steps", 1) == 1
     for key in SAMPLING:
-        if key == "unmask" and one_step and key in dims:
+        if key == "unmask" and single and key in dims:
             settings[key] = dims[key][0]  # one step commits every slot: the order changes nothing
         elif key in dims:
             settings[key] = pick(key)

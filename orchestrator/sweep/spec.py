@@ -14,11 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from orchestrator.analysis.metrics import TRIAL_METRICS
 from workloads.decoding.config import ConfigError, DecodeConfig
+from workloads.decoding.kinds import allows_schedule
 from workloads.models.pair import PairError, pair_kind
 from workloads.tasks import TASKS
 
-SAMPLERS = ("grid", "random", "tpe", "nsga2", "gp")
-BASELINES = ("ar", "diffusion")
 # Dimensions of the joint space: DecodeConfig fields, plus δ (`delta`), which is the
 # leniency under rule cactus while `leniency` is λ under linear and match.
 # Settings chosen after the schedule, effort and rule (see space.py).
@@ -32,6 +31,8 @@ SAMPLING = (
     "draft_top_p",
     "max_new_tokens",
 )
+# rule -> the dimension holding its DecodeConfig.leniency (λ for linear and match, δ for cactus)
+LENIENCY = {"linear": "leniency", "match": "leniency", "cactus": "delta"}
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING)
 _CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
@@ -228,18 +229,18 @@ def _check_space(spec: SweepSpec) -> None:
                 if key == "steps"
                 else DecodeConfig.block
             }
-            if key == "leniency":
-                base["rule"] = "linear"
-            field = "leniency" if key == "delta" else key
-            if key == "delta":
-                base["rule"] = "cactus"
+            field = key
+            if key in LENIENCY.values():
+                base["rule"] = next(rule for rule, dim in LENIENCY.items() if dim == key)
+                field = "leniency"
             try:
                 DecodeConfig(**{**base, field: value})
             except ConfigError as err:
                 raise SpecError(f"spec: space.{key}: {err}") from None
             except TypeError:
                 raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
-    if "quadratic" in dims.get("schedule", []) and "self" not in spec.pair_kinds().values():
+    kinds = set(spec.pair_kinds().values())
+    if any(not any(allows_schedule(k, s) for k in kinds) for s in dims.get("schedule", [])):
         raise SpecError("spec: space.schedule: quadratic needs a dual-mode pair (a pair with `model:`)")
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
         raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")

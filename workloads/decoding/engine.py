@@ -30,8 +30,9 @@ from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter, side_stream, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
+from workloads.decoding.kinds import check_kind
 from workloads.decoding.output import Output
-from workloads.decoding.selfspec import SELF_SCHEDULES, check_self, self_speculative
+from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
 from workloads.decoding.verifying import verify_finish, verify_forward, verify_step
 from workloads.models.pair import Pair, SelfPair
@@ -81,17 +82,6 @@ def draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
                          temperature=temperature, top_k=top_k, top_p=top_p,
                          mask_token_id=pair.profile.mask_token_id, shifted=pair.profile.shifted,
                          vocab=verifier_vocab(pair), forbidden=pair.profile.forbidden)
-
-
-def check_kind(kind: str, config: DecodeConfig) -> None:
-    """What a pair kind (`self` or `two-model`) cannot run; checkable before any model loads."""
-    if kind == "self":
-        if config.schedule in SELF_SCHEDULES:
-            check_self(config)
-    elif config.schedule == "quadratic":
-        raise ConfigError("schedule: quadratic needs a dual-mode (self) pair; use linear or packed")
-    elif config.verify_order != "ltr":
-        raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
 
 
 def check_pair(pair: Pair, config: DecodeConfig) -> None:

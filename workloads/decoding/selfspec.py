@@ -33,24 +33,11 @@ from __future__ import annotations
 import torch
 
 from workloads.decoding.calls import CachedModel
-from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
 from workloads.decoding.sampling import point_mass
 from workloads.decoding.state import DecodeState
 from workloads.decoding.verifying import verify_logits, verify_step
 from workloads.models.masks import packed as packed_layout
-
-SELF_SCHEDULES = ("linear", "packed", "quadratic")
-
-
-def check_self(config: DecodeConfig) -> None:
-    """Settings a dual-mode network cannot run."""
-    if config.block < 2:
-        raise ConfigError("block: a dual-mode pair needs block >= 2 (the draft holds block - 1 tokens)")
-    if config.schedule in ("packed", "quadratic") and (config.threshold is not None or config.k != 1):
-        raise ConfigError(
-            f"steps: {config.schedule} on a dual-mode pair drafts inside the verify call, so one step "
-            f"only (steps 1, no threshold)")
 
 
 def call(model: CachedModel, rows: list[int], regions: list[tuple[int, list[int]]],
