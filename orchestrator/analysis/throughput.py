@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workloads.decoding.config import DecodeConfig
+
 
 def acceptance(d_k: float, leniency: float) -> float:
     return 1.0 - (1.0 - leniency) * d_k
@@ -75,17 +77,16 @@ def parse_numbers(text: str, name: str) -> list[float]:
         raise ValueError(f"{name}: expected numbers like 0,0.1,...,1 or 1,2,3; got {text!r}") from None
 
 
-def predicted_frontier(spec, points: list[dict], calibration: dict) -> list[dict]:
-    """The grid points (params) the calibrated model puts on the (throughput, quality)
-    frontier; configurations it cannot model (τ, K not calibrated, cactus, match) are left out."""
+def predicted_frontier(points: list[tuple[dict, DecodeConfig]], calibration: dict) -> list[dict]:
+    """Of (params, config) points, the params the calibrated model puts on the (throughput,
+    quality) frontier; configurations it cannot model (τ, K not calibrated, cactus, match)
+    are left out."""
     from orchestrator.analysis.metrics import pareto_front
-    from orchestrator.sweep.space import choose_config
 
     d_k = dict(zip(calibration["steps"], calibration["d_k"]))
     a, b = calibration["draft_cost"]
     scored = []
-    for params in points:
-        config = choose_config(spec, lambda name, values, p=params: p[name]).config
+    for params, config in points:
         if config.threshold is None and config.k in d_k and config.rule in ("lossless", "linear"):
             alpha = acceptance(d_k[config.k], config.leniency)
             scored.append(

@@ -12,7 +12,7 @@ import optuna
 
 from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.sweep.search import directions, make_sampler, replacement
-from orchestrator.sweep.space import choose_config, params_key
+from orchestrator.sweep.space import choose_config, config_of, params_key
 from orchestrator.sweep.spec import SweepSpec
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
@@ -78,7 +78,7 @@ def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | No
         from orchestrator.analysis.throughput import predicted_frontier
 
         calibrated = json.loads(Path(calibration).read_text())
-        guide = predicted_frontier(spec, [dict(key) for key in table], calibrated)
+        guide = predicted_frontier([(dict(k), config_of(spec, dict(k))) for k in table], calibrated)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = {strategy: [fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
                        for s in range(seeds)]

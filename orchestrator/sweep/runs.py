@@ -25,8 +25,8 @@ def run_name(pair: str, config: dict, baseline: str | None = None) -> str:
     parts = [pair, config["schedule"], f"B{config['block']}"]
     if config.get("threshold") is not None:
         parts.append(f"τ{config['threshold']:g}")
-    elif config.get("steps"):
-        parts.append(f"K{config['steps']}")
+    else:
+        parts.append(f"K{config.get('steps') or 1}")
     rule, lenient = config["rule"], config.get("leniency", 0)
     parts.append({"lossless": "lossless", "linear": f"λ{lenient:g}", "cactus": f"δ{lenient:g}",
                   "match": f"match λ{lenient:g}"}[rule])

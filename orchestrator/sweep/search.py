@@ -50,10 +50,10 @@ def guided_start(spec: SweepSpec, space: list[dict], tried: set, budget: int) ->
     from pathlib import Path
 
     from orchestrator.analysis.throughput import predicted_frontier
-    from orchestrator.sweep.space import params_key
+    from orchestrator.sweep.space import config_of, params_key
 
     calibration = json.loads(Path(spec.search.guide).expanduser().read_text())
-    front = predicted_frontier(spec, space, calibration)
+    front = predicted_frontier([(p, config_of(spec, p)) for p in space], calibration)
     return [p for p in front if params_key(p) not in tried][: max(1, budget // 2)]
 
 

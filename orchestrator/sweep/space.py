@@ -76,6 +76,11 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
     return Candidate(pair, DecodeConfig(**settings))
 
 
+def config_of(spec: SweepSpec, params: dict) -> DecodeConfig:
+    """The decode config a trial with these params runs."""
+    return choose_config(spec, lambda name, values: params[name]).config
+
+
 def params_key(params: dict) -> tuple:
     """A hashable identity of a point of the space (its params)."""
     return tuple(sorted(params.items()))

@@ -1,15 +1,19 @@
 """Trial logs survive a tracking store that is briefly unreachable: queued, retried from the
 step that failed, never duplicated; what stays unsent is saved and replayed next session."""
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.sweep.tracking import Tracker, TrackingError, TrialLog
@@ -80,17 +84,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_server_that_stops_answering_costs_seconds_and_loses_nothing(tmp_path, monkeypatch):
-    """A real MLflow server frozen (SIGSTOP) after the sweep's run exists: a trial log queues
-    within one request timeout, the parent run's call is one TrackingError naming the URI,
-    and the saved log reaches the server once it answers again."""
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real `mlflow server` on loopback (about 10 s to start), shared by this module."""
+    root = tmp_path_factory.mktemp("mlflow-server")
     port = _free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
+    proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}",
-         "--default-artifact-root", str(tmp_path / "art")],
+         "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 's.db'}",
+         "--default-artifact-root", str(root / "art")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
             try:
@@ -98,6 +102,58 @@ def test_a_server_that_stops_answering_costs_seconds_and_loses_nothing(tmp_path,
                 break
             except OSError:
                 time.sleep(0.25)
+        yield proc, uri
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _rest(uri: str, path: str, body: dict | None = None, **query) -> dict:
+    """GET with `query`, or POST `body` as JSON."""
+    url = f"{uri}/api/2.0/mlflow/{path}?" + urllib.parse.urlencode(query)
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
+    """The experiment opens as model development; runs are named for their configuration
+    (baselines as such); the parent run holds the frontier table and the plots."""
+    from orchestrator.sweep.driver import Driver
+    from orchestrator.sweep.spec import parse_spec
+
+    _, uri = server
+    data = {"name": "rest", "pairs": ["toy"], "task": {"name": "arith", "limit": 2},
+            "space": {"schedule": ["linear"], "block": [2], "rule": ["lossless", "linear"],
+                      "leniency": [0.5], "max_new_tokens": 8},
+            "objectives": {"throughput_tps": "max", "accuracy": "max"},
+            "search": {"sampler": "grid", "trials": 2, "parallel": 2}, "baselines": ["ar"],
+            "cluster": {"slots": 1}}
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, tracking_uri=uri)
+    driver.run()
+    experiment = _rest(uri, "experiments/get-by-name", experiment_name="rest")["experiment"]
+    tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    search = {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}
+    runs = _rest(uri, "runs/search", search)["runs"]
+    names = sorted(r["info"]["run_name"] for r in runs)
+    assert names == ["rest", "toy ar baseline", "toy linear B2 K1 lossless", "toy linear B2 K1 λ0.5"]
+    parent = next(r for r in runs if r["info"]["run_name"] == "rest")
+    files = {f["path"] for f in _rest(uri, "artifacts/list", run_id=parent["info"]["run_id"])["files"]}
+    assert {"frontier.csv", "frontier.html", "plots", "timing.json", "spec.yaml"} <= files
+    csv_text = MlflowClient(uri).download_artifacts(parent["info"]["run_id"], "frontier.csv", str(tmp_path))
+    header, *rows = Path(csv_text).read_text().splitlines()
+    assert header.startswith("trial,run,pair,schedule,block,effort,rule,leniency,exact,tied,throughput_tps")
+    assert rows and all(",toy linear B" in row for row in rows)
+
+
+def test_a_server_that_stops_answering_costs_seconds_and_loses_nothing(server, tmp_path, monkeypatch):
+    """A real MLflow server frozen (SIGSTOP) after the sweep's run exists: a trial log queues
+    within one request timeout, the parent run's call is one TrackingError naming the URI,
+    and the saved log reaches the server once it answers again."""
+    server, uri = server
+    try:
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
         t = Tracker(uri, "exp", tmp_path / "artifacts", tmp_path / "pending.jsonl")
         parent = t.start_sweep("s", "name: s\n")
@@ -114,5 +170,4 @@ def test_a_server_that_stops_answering_costs_seconds_and_loses_nothing(tmp_path,
         assert again.flush()
         assert [r.info.run_name for r in trial_runs(again)] == ["t0"]
     finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        os.killpg(server.pid, signal.SIGCONT)
