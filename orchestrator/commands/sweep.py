@@ -61,6 +61,7 @@ def run(
 
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.driver import Driver
+    from orchestrator.sweep.runs import ui_link
     from orchestrator.sweep.spec import load_spec
     from orchestrator.sweep.tracking import trial_run_ids
 
@@ -100,11 +101,11 @@ def run(
         _table(f"frontier of {spec.name} ({len(rows)} trials; {time.time() - start:.0f} s)", spec, rows)
     )
     uri = driver.tracking_uri
-    browse = f"open {uri}" if uri.startswith("http") else f"mlflow ui --backend-store-uri {uri}"
-    console.print(
-        f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
-        f"{driver.parent_run}); browse: {browse}"
-    )
+    link = ui_link(uri if uri.startswith("http") else "http://127.0.0.1:5000", driver.tracker.experiment_id)
+    serve = "" if uri.startswith("http") else (
+        f"serve it (make mlflow, or mlflow server --backend-store-uri {uri}), then ")
+    console.print(f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
+                  f"{driver.parent_run}); browse: {serve}open {link}")
     from orchestrator.analysis.timing import describe, timing_report
 
     for line in describe(timing_report(study)):

@@ -35,7 +35,7 @@ from orchestrator.stored import baseline_key
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
 from orchestrator.sweep.prompts import pair_prompts
-from orchestrator.sweep.runs import frontier_table, trial_log, write_frontier
+from orchestrator.sweep.runs import VIEW, frontier_table, shared_view, trial_log, write_frontier
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
 from orchestrator.sweep.shards import Job, ShardQueue
 from orchestrator.sweep.space import Candidate, baseline_config, choose_config, grid, params_key
@@ -249,6 +249,7 @@ class Driver:
             self.root / ".specsweep" / "artifacts",
             self.dir / "mlflow-pending.jsonl",
         )
+        self.tracker.set_view(VIEW, shared_view(self.spec))
         self.parent_run = self.tracker.start_sweep(
             self.spec.name, self.spec_yaml, self.study.user_attrs.get("parent_run")
         )

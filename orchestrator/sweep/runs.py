@@ -60,6 +60,32 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
         start_ms=int(job.start * 1000), end_ms=int(time.time() * 1000))
 
 
+VIEW = "specsweep"  # the experiment's shared view: its key in the UI's ?viewStateShareKey=
+SHOWN_METRICS = ("throughput_ratio", "acceptance_rate", "tokens_per_nfe", "latency_s")
+SHOWN_PARAMS = ("pair", "schedule", "block", "steps", "threshold", "rule", "leniency", "temperature")
+
+
+def shared_view(spec) -> str:
+    """The MLflow UI's shared view state (an experiment tag `mlflow.sharedViewState.<VIEW>`,
+    JSON): trial and baseline runs only, so they are not folded under the parent run, with
+    the objectives, the main metrics and the config as columns, sorted by the first
+    objective, best first."""
+    first, direction = next(iter(spec.objectives.items()))
+    metrics = [*spec.objectives, *(m for m in SHOWN_METRICS if m not in spec.objectives)]
+    return json.dumps({
+        "searchFilter": "tags.`specsweep.role` = 'trial'",
+        "orderByKey": f"metrics.`{first}`", "orderByAsc": direction == "min",
+        "selectedColumns": ["attributes.`Duration`", *(f"metrics.`{m}`" for m in metrics),
+                            *(f"params.`{p}`" for p in SHOWN_PARAMS), "tags.`specsweep.exact`"]})
+
+
+def ui_link(server: str, experiment_id: str) -> str:
+    """The experiment's runs in the MLflow UI at `server`, in the shared view, as model
+    training (MLflow 3's UI otherwise opens on its GenAI pages, whatever the experiment)."""
+    return (f"{server.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}"
+            "&workflowType=machine_learning")
+
+
 COLUMNS = ("trial", "run", "pair", "schedule", "block", "effort", "rule", "leniency", "exact", "tied")
 
 

@@ -110,6 +110,10 @@ class Tracker:
             ]
             pending_file.unlink()
 
+    def set_view(self, key: str, state: str) -> None:
+        """Store a shared view of the experiment for the MLflow UI."""
+        self.client.set_experiment_tag(self.experiment_id, f"mlflow.sharedViewState.{key}", state)
+
     def start_sweep(self, name: str, spec_yaml: str, run_id: str | None = None) -> str:
         """Create the sweep's parent run, or reopen `run_id` when resuming."""
         if run_id is not None:

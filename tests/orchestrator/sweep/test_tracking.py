@@ -135,6 +135,10 @@ def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
     experiment = _rest(uri, "experiments/get-by-name", experiment_name="rest")["experiment"]
     tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
     assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.specsweep"])  # the view the printed link opens
+    assert view["searchFilter"] == "tags.`specsweep.role` = 'trial'"
+    assert view["orderByKey"] == "metrics.`throughput_tps`"
+    assert "metrics.`accuracy`" in view["selectedColumns"]
     search = {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}
     runs = _rest(uri, "runs/search", search)["runs"]
     names = sorted(r["info"]["run_name"] for r in runs)
