@@ -115,7 +115,8 @@ def write_frontier(spec, table: list[dict], folder: Path) -> list[Path]:
     body = "".join(
         "<tr>" + "".join(f"<td>{_cell(row, c)}</td>" for c in columns[:-1]) + "</tr>" for row in table)
     page = (f"<!doctype html><meta charset=utf-8><title>{html.escape(spec.name)} frontier</title>"
-            "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:right;white-space:nowrap}</style>"
+            "<style>body{font-family:sans-serif}"
+            "td,th{padding:2px 8px;text-align:right;white-space:nowrap}</style>"
             f"<h3>{html.escape(spec.name)}: frontier on {html.escape(', '.join(spec.objectives))}</h3>"
             f"<table><tr>{head}</tr>{body}</table>")
     write_atomic(folder / "frontier.html", page)
