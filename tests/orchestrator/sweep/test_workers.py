@@ -3,7 +3,7 @@ controls beside a trial's decodes."""
 
 import pytest
 
-from orchestrator import workers
+from orchestrator.sweep import workers
 from orchestrator.sweep.workers import WARMUP, PairWorker, Shard, control_positions
 from workloads.decoding import DecodeConfig
 from workloads.tasks import get_task
