@@ -51,6 +51,7 @@ from orchestrator.sweep.study import (
 from orchestrator.sweep.tracking import Tracker, TrackingError, check_reachable, default_uri
 from orchestrator.sweep.workers import Shard, serving, start_workers
 from workloads.decoding import is_exact
+from workloads.decoding.kinds import allows_schedule
 from workloads.tasks import get_task
 
 MIN_SHARD = 8  # prompts: smaller trials run whole, several trials side by side instead
@@ -322,7 +323,7 @@ class Driver:
         self.progress.note = "baselines"
         self.on_progress(self.progress)
         for pair in self.spec.pairs:
-            for kind in self.spec.baselines:
+            for kind in [k for k in self.spec.baselines if allows_schedule(self.kinds[pair.name], k)]:
                 config = baseline_config(self.spec, kind)
                 self._job(
                     baseline_key(pair.name, kind),

@@ -29,13 +29,14 @@ from transformers import PreTrainedModel
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter, side_stream, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
+from workloads.decoding.dflash import DFlashDrafter, FeatureTap
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
-from workloads.decoding.kinds import check_kind
+from workloads.decoding.kinds import check_kind, draft_width
 from workloads.decoding.output import Output
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
 from workloads.decoding.verifying import verify_finish, verify_forward, verify_step
-from workloads.models.pair import Pair, SelfPair
+from workloads.models.pair import DFlashPair, Pair, SelfPair, kind_of
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
                 "accepted", "drafted", "exact", "stop_reason")
@@ -85,7 +86,7 @@ def draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
 
 
 def check_pair(pair: Pair, config: DecodeConfig) -> None:
-    check_kind("self" if isinstance(pair, SelfPair) else "two-model", config)
+    check_kind(kind_of(pair), config)
     if isinstance(pair, SelfPair) and config.verify_order != "ltr" and not pair.profile.any_order:
         raise ConfigError(f"verify_order: confidence needs a model trained for any-order verification "
                           f"(profile any_order: true); {pair.name} is left-to-right only")
@@ -113,10 +114,18 @@ def _diffusion(state: DecodeState, drafter: CachedModel, prompt: list[int], sett
         pending, last = [last] + tokens[:-1], tokens[-1]
 
 
-def _speculative(state: DecodeState, drafter: CachedModel, verifier: CachedModel, prompt: list[int],
-                 settings: DraftSettings, packed: bool) -> None:
-    block = state.config.block
+def _speculative(state: DecodeState, drafter: CachedModel | DFlashDrafter, verifier: CachedModel,
+                 prompt: list[int], settings: DraftSettings, packed: bool, block: int,
+                 tap: FeatureTap | None = None) -> None:
+    """Two-model linear or packed; `block` tokens drafted per iteration. With a `tap`, the
+    drafter is a DFlashDrafter fed the verifier's features of every verified row."""
+
+    def verified(rows: int) -> None:  # a DFlash drafter's context: the verifier's rows now verified
+        if tap is not None:
+            drafter.add(tap.features[0, :rows])
+
     last = state.sample(verifier.causal(prompt)[-1])
+    verified(len(prompt))
     if state.out.extend([last]):
         return
     pending = list(prompt)  # verified tokens the drafter has not cached (all but `last`)
@@ -134,6 +143,7 @@ def _speculative(state: DecodeState, drafter: CachedModel, verifier: CachedModel
         else:
             fresh = diffusion_draft(drafter, pending, last, min(block, room), settings, state.generator)
             emitted = verify_step(state, verifier, last, fresh)
+        verified(len(emitted))  # rows [last, accepted drafts]
         if fresh.steps:  # a drafting call cached the pending tokens
             pending = []
         pending += [last] + emitted[:-1]
@@ -173,9 +183,17 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
         anyorder_packed(state, CachedModel(pair.model, meter), ids, settings)
     elif isinstance(pair, SelfPair):
         self_speculative(state, CachedModel(pair.model, meter), ids, settings)
+    elif isinstance(pair, DFlashPair):
+        tap = FeatureTap(verifier_model, pair.drafter.target_layer_ids)
+        try:
+            _speculative(state, DFlashDrafter(pair.drafter, verifier_model, meter),
+                         CachedModel(verifier_model, meter), ids, settings, config.schedule == "packed",
+                         draft_width("dflash", config.block), tap)
+        finally:
+            tap.close()
     else:
         _speculative(state, drafter(), CachedModel(verifier_model, meter), ids, settings,
-                     packed=config.schedule == "packed")
+                     config.schedule == "packed", config.block)
     sync(device)
     wall = time.perf_counter() - start
     model_s = meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync

@@ -31,6 +31,7 @@ TOY_DIR = Path(__file__).parent / "toy"
 BUNDLED = {
     "toy": {"drafter": str(TOY_DIR / "drafter"), "verifier": str(TOY_DIR / "verifier")},
     "toy-self": {"model": str(TOY_DIR / "self")},
+    "toy-dflash": {"drafter": str(TOY_DIR / "dflash"), "verifier": str(TOY_DIR / "verifier")},
 }
 
 
@@ -55,7 +56,24 @@ class SelfPair:
     profile: DiffusionProfile
 
 
-Pair = TwoModelPair | SelfPair
+@dataclass(frozen=True)
+class DFlashPair:
+    """A target-conditioned drafter (`dflash.model.DFlashDraftModel`) over its verifier:
+    the drafter reads the verifier's hidden states and uses its embeddings and LM head."""
+
+    name: str
+    drafter: PreTrainedModel
+    verifier: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    profile: DiffusionProfile
+
+
+Pair = TwoModelPair | SelfPair | DFlashPair
+
+
+def kind_of(pair: Pair) -> str:
+    """`self`, `two-model` or `dflash` (workloads.decoding.kinds says what each runs)."""
+    return "self" if isinstance(pair, SelfPair) else "dflash" if isinstance(pair, DFlashPair) else "two-model"
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -159,6 +177,68 @@ def _resolve(spec: str | dict) -> tuple[str, dict]:
     return name, spec
 
 
+def _config_dict(ref: str) -> dict | None:
+    """A checkpoint's config.json without loading it: a local directory's, or a hub id's
+    from the local hub cache; None when neither is here."""
+    path = Path(ref).expanduser() if _looks_like_path(ref) else _cached_snapshot(ref)
+    try:
+        return json.loads((path / "config.json").read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def _is_dflash(spec: dict) -> bool:
+    """A DFlash pair: the spec says `profile: {family: dflash}`, or the drafter's config is a
+    DFlash one (a `dflash_config`, or a DFlash architecture)."""
+    if (spec.get("profile") or {}).get("family") == "dflash":
+        return True
+    config = _config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
+    return bool(config) and ("dflash_config" in config
+                             or any("DFlash" in a for a in config.get("architectures") or ()))
+
+
+def load_dflash(ref: str, verifier: PreTrainedModel, options: dict, device: torch.device) -> PreTrainedModel:
+    """A DFlash drafter with the `dflash` package's class (`DFlash2DraftModel` for a DFlash 2
+    checkpoint), refused in one line when it does not fit `verifier`."""
+    from dflash.model import DFlash2DraftModel, DFlashDraftModel
+
+    config = _config_dict(ref)
+    if config is None:
+        raise PairError(f"pair.drafter: cannot load {ref!r}: no config.json here; offline, download it first "
+                        f"(huggingface-cli download {ref}) or pass a local path")
+    settings = {**config, **(config.get("dflash_config") or {})}
+    second = "conv_kernel_size" in settings or any("DFlash2" in a for a in config.get("architectures") or ())
+    cls = DFlash2DraftModel if second else DFlashDraftModel
+    path = str(Path(ref).expanduser()) if _looks_like_path(ref) else ref
+    kwargs = {k: v for k, v in options.items() if k in ("dtype", "attn_implementation")}
+    try:
+        drafter = cls.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as err:
+        reason = str(err).splitlines()[0]
+        raise PairError(f"pair.drafter: cannot load {ref!r} as a DFlash drafter: {reason}") from None
+    check_dflash_fit(drafter, verifier)
+    drafter.eval()
+    return drafter.to(device) if drafter.device != device else drafter
+
+
+def check_dflash_fit(drafter: PreTrainedModel, verifier: PreTrainedModel) -> None:
+    """The drafter reads the verifier's hidden states and shares its embeddings and LM head:
+    hidden sizes, target layers and vocabularies must agree."""
+    d, v = drafter.config, verifier.config
+    if d.hidden_size != v.hidden_size:
+        raise PairError(f"pair.drafter: DFlash hidden size {d.hidden_size} does not fit the verifier's "
+                        f"{v.hidden_size}")
+    layers = v.num_hidden_layers
+    wanted = getattr(d, "num_target_layers", layers)
+    if wanted != layers or max(drafter.target_layer_ids) >= layers:
+        raise PairError(f"pair.drafter: DFlash target layers {list(drafter.target_layer_ids)} (of "
+                        f"{wanted}) do not fit the verifier's {layers} layers")
+    vocab = verifier.get_input_embeddings().weight.shape[0]
+    if getattr(d, "vocab_size", vocab) != vocab or not 0 <= (drafter.mask_token_id or 0) < vocab:
+        raise PairError(f"pair.drafter: DFlash vocabulary {d.vocab_size} (mask token "
+                        f"{drafter.mask_token_id}) does not fit the verifier's {vocab}")
+
+
 def check_model_dir(field: str, path: Path) -> None:
     """A local model directory whose files can be loaded, judged without loading weights:
     config.json is a JSON object, and every safetensors file holds a readable header whose
@@ -215,7 +295,9 @@ def pair_kind(spec: str | dict) -> str:
             check_model_dir(field, Path(ref).expanduser())
         elif (cached := _cached_snapshot(ref)) is not None:
             check_model_dir(field, cached)
-    return "self" if keys == {"model"} else "two-model"
+    if keys == {"model"}:
+        return "self"
+    return "dflash" if _is_dflash(spec) else "two-model"
 
 
 def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
@@ -236,6 +318,15 @@ def load_pair(spec: str | dict) -> Pair:
     if keys == {"model"}:
         model, tok = _load("model", spec["model"], options, device)
         return SelfPair(name, model, tok, _profile("model", model, tok, spec.get("profile")))
+    if keys == {"drafter", "verifier"} and _is_dflash(spec):
+        verifier, vtok = _load("verifier", spec["verifier"], options, device)
+        drafter = load_dflash(spec["drafter"], verifier, options, device)
+        declared = {"family": "dflash", "mask_token_id": drafter.mask_token_id}
+        try:
+            profile = resolve("drafter", declared, spec.get("profile"), vtok)
+        except ProfileError as err:
+            raise PairError(str(err)) from None
+        return DFlashPair(name, drafter, verifier, vtok, profile)
     if keys == {"drafter", "verifier"}:
         verifier, vtok = _load("verifier", spec["verifier"], options, device)
         drafter, dtok = _load("drafter", spec["drafter"], options, device)

@@ -24,6 +24,7 @@ FAMILIES: dict[str, dict] = {
     "llada": {"shift": False, "attention": "full", "mask_token_id": 126336, "own_attention": True},
     "sdar": {"shift": False, "attention": "block", "mask_token": "<|MASK|>"},
     "nemotron": {"shift": False, "attention": "block"},
+    "dflash": {"shift": False, "attention": "block"},  # mask rows predict their own position
     "generic": {},
 }
 ATTENTION = ("block", "full")

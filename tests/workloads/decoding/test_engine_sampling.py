@@ -61,7 +61,7 @@ def test_caches_hold_the_verified_prefix_only(uncertain_pair, schedule, steps):
                              CachedModel(uncertain_pair.verifier, meter))
         with torch.inference_mode():
             _speculative(state, drafter, verifier, prompt, draft_settings(uncertain_pair, config),
-                         packed=schedule == "packed")
+                         packed=schedule == "packed", block=config.block)
         accepted, drafted = accepted + state.accepted, drafted + state.drafted
         verified = prompt + state.out.ids[:-1]
         n = len(verified)

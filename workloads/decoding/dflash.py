@@ -1,0 +1,105 @@
+"""Target-conditioned drafting (DFlash, arXiv 2602.06036): a small block-diffusion network
+that drafts a whole block from the verifier's own hidden states.
+
+The drafter has no embedding or LM head of its own: its block rows are the verifier's input
+embeddings of [last, mask × W], its logits the verifier's LM head over its output. Its
+context is not token ids but *features*: the hidden states of a few target layers of the
+verifier, concatenated, one row per verified token. The engine's cache convention holds
+here too: the drafter's cache keeps the features of the verified prefix minus its last
+token, and the last token enters as the block's anchor row.
+
+`FeatureTap` captures those layers' outputs during the verifier's own calls (forward
+hooks: only the target layers, only the rows of the latest call). `DFlashDrafter` has the
+drafting interface of `CachedModel.block`, so `drafting.diffusion_draft` runs it unchanged:
+K = 1 is DFlash's one-pass draft, K > 1 refines the block with the unmasking policies, τ as
+for other drafters. A mask row predicts its own position (not shifted).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from workloads.decoding.calls import Meter
+
+
+def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
+    """The decoder layers of a causal LM (`model.model.layers` in Llama, Qwen and kin)."""
+    base = getattr(model, "model", None) or getattr(model, model.base_model_prefix)
+    return base.layers
+
+
+class FeatureTap:
+    """The outputs of `layer_ids` of `model` during its latest forward call, concatenated:
+    `features` (b, q, len(layer_ids) · H)."""
+
+    def __init__(self, model: PreTrainedModel, layer_ids: list[int]):
+        self._latest: dict[int, torch.Tensor] = {}
+        layers = decoder_layers(model)
+        self._order = list(layer_ids)
+        self._hooks = [layers[i].register_forward_hook(self._keeper(i)) for i in layer_ids]
+
+    def _keeper(self, i: int):
+        def keep(module, args, output):
+            self._latest[i] = output[0] if isinstance(output, tuple) else output
+
+        return keep
+
+    @property
+    def features(self) -> torch.Tensor:
+        return torch.cat([self._latest[i] for i in self._order], dim=-1)
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+
+class DFlashDrafter:
+    """A DFlash drafter over a verifier, with its cache of context features. `add(features)`
+    queues the features of newly verified tokens; the next `block` call caches them."""
+
+    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, meter: Meter):
+        self.model, self.meter = drafter, meter
+        self.embed = verifier.get_input_embeddings()
+        self.head = getattr(verifier, "lm_head", None) or verifier.get_output_embeddings()
+        self.scale = float(_setting(drafter.config, "input_embedding_scale", 1.0))
+        self.cache = DynamicCache()
+        self.length = 0  # verified tokens whose features are cached
+        self.pending: list[torch.Tensor] = []
+        self.device = verifier.device
+        self.dtype = drafter.dtype
+
+    def add(self, features: torch.Tensor) -> None:
+        self.pending.append(features)
+
+    def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
+        """One drafting call over the queued context features (one per id in `pending`,
+        cached afterwards) and the block [last, canvas]; returns the block rows' logits
+        (W + 1, V), dropping the block from the cache."""
+        context = torch.cat(self.pending) if self.pending else torch.zeros(0, self._width(),
+                                                                           device=self.device)
+        if context.shape[0] != len(pending):
+            raise RuntimeError(f"dflash: {context.shape[0]} context features for {len(pending)} tokens")
+        ids = torch.cat([torch.tensor([last], device=self.device), canvas.to(self.device)])
+        n, q = context.shape[0], ids.shape[0]
+        positions = torch.arange(self.length, self.length + n + q, device=self.device)[None]
+        began = self.meter.start(self.device)
+        hidden = self.model(target_hidden=context[None].to(self.dtype),
+                            noise_embedding=(self.embed(ids) * self.scale)[None].to(self.dtype),
+                            position_ids=positions, past_key_values=self.cache, use_cache=True)[0]
+        logits = self.model.compute_logits(hidden, self.head)
+        self.meter.stop(self.device, began)
+        self.meter.nfe += 1
+        self.meter.rows += q
+        self.cache.crop(-q)  # the block's rows; the context features stay
+        self.length += n
+        self.pending = []
+        return logits
+
+    def _width(self) -> int:
+        return len(self.model.target_layer_ids) * self.model.config.hidden_size
+
+
+def _setting(config, name: str, default=None):
+    """A DFlash setting: in the config's `dflash_config`, else on the config itself."""
+    return (getattr(config, "dflash_config", None) or {}).get(name, getattr(config, name, default))
