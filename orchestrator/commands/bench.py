@@ -55,9 +55,10 @@ def decode_bench(
 
     from orchestrator.bench.decode import default_grid, run_benchmark
     from workloads.models import load_pair
+    from workloads.models.pair import kind_of
 
     loaded = load_pair(pair)
-    grid = default_grid(block, max_new_tokens)
+    grid = default_grid(block, max_new_tokens, kind_of(loaded))
     rows = _on_arith(n, len(grid), as_json, lambda prompts, score, progress: run_benchmark(
         loaded, prompts, grid, score=score, progress=progress))
     if rows is None:
@@ -251,3 +252,46 @@ def search_bench(
     for strategy, runs in rows.items():
         cells = [f"{statistics.mean(c):.3f}±{statistics.pstdev(c):.3f}" for c in zip(*runs)]
         typer.echo(f"{strategy:<10} " + " ".join(f"{c:>12}" for c in cells))
+
+
+@app.command("dflash")
+@user_errors
+def dflash_bench(
+    pair: str = typer.Option("toy-dflash", help="A DFlash pair (bundled name)."),
+    versus: str = typer.Option("toy", "--versus", help="A diffusion-drafter pair to set beside it."),
+    n: int = typer.Option(100, "--n", min=1, help="arith test prompts."),
+    block: int = typer.Option(8, help="B for the reference comparison (anchor + B - 1 drafts)."),
+    max_new_tokens: int = typer.Option(48),
+    threads: int = THREADS,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """In one run on the same prompts: the dflash package's reference decoder, specsweep's
+    linear K=1 lossless decode of the same pair and `ar` (tokens/s and ratios); then the best
+    lossless configuration of PAIR and of VERSUS, each against `ar`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from orchestrator.bench.dflash import best_lossless, reference_comparison
+    from workloads.models import load_pair
+    from workloads.models.pair import DFlashPair
+    from workloads.tasks import get_task
+
+    loaded = load_pair(pair)
+    if not isinstance(loaded, DFlashPair):
+        raise typer.BadParameter(f"{pair} is not a DFlash pair", param_hint="--pair")
+    prompts = [e.prompt for e in get_task("arith").examples("test", n=n)]
+    rows = reference_comparison(loaded, prompts, block, max_new_tokens)
+    best = best_lossless({pair: loaded, versus: load_pair(versus)}, prompts, max_new_tokens)
+    if as_json:
+        for row in rows + best:
+            typer.echo(json.dumps(row))
+        return
+    typer.echo(f"{pair}, {n} arith prompts, greedy, interleaved per prompt")
+    for r in rows:
+        same = "" if r["same_tokens"] is None else f"  same tokens as the reference on {r['same_tokens']}/{n}"
+        typer.echo(f"  {r['decoder']:<40} {r['tokens_per_s']:8.1f} tok/s  {r['vs_ar']:5.2f}x ar  "
+                   f"{r['vs_reference']:5.2f}x reference{same}")
+    typer.echo("best lossless configuration per pair:")
+    for r in best:
+        typer.echo(f"  {r['pair']:<12} {r['config']:<18} {r['tokens_per_s']:8.1f} tok/s  "
+                   f"{r['vs_ar']:5.2f}x ar  {r['accepted_per_iteration']:.2f} accepted/iteration")

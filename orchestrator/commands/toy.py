@@ -33,11 +33,11 @@ def _print_quality(acc: dict[str, float], as_json: bool) -> bool:
 @app.command()
 @user_errors
 def train(
-    out: Path = typer.Option(Path("toy-pair"), help="Directory for verifier/, drafter/, self/."),
+    out: Path = typer.Option(Path("toy-pair"), help="Directory for verifier/, drafter/, self/, dflash/."),
     seed: int = typer.Option(0, help="Training seed (data order and initialisation)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure quality afterwards."),
 ) -> None:
-    """Train the three toy models from scratch (about 13 minutes on 2 CPU cores)."""
+    """Train the four toy models from scratch (about 19 minutes on 2 CPU cores)."""
     from workloads.models.toy_train import train_all
 
     start = time.perf_counter()

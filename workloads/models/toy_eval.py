@@ -3,7 +3,9 @@
 Every mode runs through the decoding engine, greedily: the verifier and `toy-self` as AR
 models (`ar` schedule), the drafter and `toy-self` as diffusion models drafting the whole
 completion as one block of CANVAS slots in K steps (`diffusion` schedule), committing slots
-left to right (`ltr`) or most confident first (`confidence`).
+left to right (`ltr`) or most confident first (`confidence`). The target-conditioned
+drafter of `toy-dflash` cannot draft alone; it is measured by the draft tokens the verifier
+accepts per iteration (linear, B = 8, K = 1), beside the diffusion drafter's.
 """
 
 from __future__ import annotations
@@ -41,7 +43,18 @@ def quality(directory: str | Path, n: int = 200, seed: int = 0) -> dict[str, flo
                 config = DecodeConfig(schedule="diffusion", block=CANVAS, steps=k, unmask=policy,
                                       max_new_tokens=CANVAS)
                 out[f"{name}/{policy}/K={k}"] = accuracy(pair, config, examples)
+    if (directory / "dflash" / "config.json").is_file():
+        dflash = load_pair({"drafter": str(directory / "dflash"), "verifier": str(directory / "verifier")})
+        for name, pair in (("drafter", two), ("dflash", dflash)):
+            out[f"{name}/accepted_per_iteration"] = accepted_per_iteration(pair, examples)
     return out
+
+
+def accepted_per_iteration(pair: Pair, examples, block: int = 8) -> float:
+    """Draft tokens accepted per verification, greedy linear K = 1 at block B."""
+    config = DecodeConfig(schedule="linear", block=block, steps=1, max_new_tokens=CANVAS)
+    results = [decode(pair, ex.prompt, config) for ex in examples]
+    return sum(r.accepted for r in results) / sum(r.iterations for r in results)
 
 
 def quality_checks(acc: dict[str, float]) -> list[tuple[str, bool]]:
@@ -57,4 +70,6 @@ def quality_checks(acc: dict[str, float]) -> list[tuple[str, bool]]:
         ("drafter one-step accuracy <= verifier - 0.15", drafter[0] <= acc["verifier/ar"] - 0.15),
         (f"drafter accuracy rises with steps K={STEPS[0]}..{STEPS[-1]} (ltr)", rising),
         ("toy-self AR-mode accuracy >= 0.85", acc["self/ar"] >= 0.85),
-    ]
+    ] + ([("toy-dflash accepts more per iteration than the diffusion drafter (linear, B=8, K=1)",
+           acc["dflash/accepted_per_iteration"] > acc["drafter/accepted_per_iteration"])]
+         if "dflash/accepted_per_iteration" in acc else [])

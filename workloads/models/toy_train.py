@@ -260,10 +260,10 @@ def save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, out: Path) -> No
     tok.save_pretrained(out)
 
 
-def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "drafter", "self"),
+def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "drafter", "self", "dflash"),
               log: Callable[[str], None] = print) -> None:
-    """Train the toy pair into out/{verifier,drafter,self}; later stages start from the
-    verifier in out/verifier when it is not retrained in this call."""
+    """Train the toy models into out/{verifier,drafter,self,dflash}; later stages start from
+    the verifier in out/verifier when it is not retrained in this call."""
     tok = build_char_tokenizer()
     if "verifier" in stages:
         torch.manual_seed(seed)
@@ -282,3 +282,7 @@ def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "
         dual = drafter_from(verifier, 4, PROFILES["self"] | {"mask_token_id": tok.mask_token_id})
         train(dual, SELF, tok, seed, log)
         save(dual, tok, out / "self")
+    if "dflash" in stages:
+        from workloads.models.toy_dflash import save_dflash, train_dflash
+
+        save_dflash(train_dflash(verifier, tok, seed, log), out / "dflash")

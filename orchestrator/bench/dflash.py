@@ -1,0 +1,87 @@
+"""DFlash against its peers, in one process on the same prompts: the `dflash` package's
+reference decoder (`dflash_generate`, batch 1), specsweep's linear K = 1 lossless decode of
+the same pair, and the verifier alone (`ar`); then the best lossless configuration of the
+DFlash pair beside the best of a diffusion-drafter pair."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from orchestrator.bench.decode import decode_all
+from workloads.decoding import DecodeConfig, decode
+from workloads.decoding.calls import sync
+from workloads.models.pair import DFlashPair, Pair
+
+
+def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_new_tokens: int,
+                         warmup: int = 3, progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Rows {decoder, tokens_per_s, vs_ar, vs_reference, same_tokens}: each decoder's new
+    tokens over its summed wall time, interleaved per prompt after `warmup` untimed prompts;
+    `same_tokens` counts prompts whose tokens equal the reference decoder's."""
+    from dflash.model import dflash_generate
+
+    tok, device = pair.tokenizer, pair.verifier.device
+    ours = DecodeConfig(schedule="linear", block=block, steps=1, max_new_tokens=max_new_tokens)
+    ar = DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)
+    stop = [tok.eos_token_id]
+
+    def reference(prompt: str) -> tuple[list[int], float]:
+        ids = tok(prompt, return_tensors="pt").input_ids.to(device)
+        sync(device)
+        start = time.perf_counter()
+        out = dflash_generate(pair.drafter, pair.verifier, ids, max_new_tokens, stop, block_size=block)
+        sync(device)
+        return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
+
+    for prompt in prompts[:warmup]:
+        reference(prompt), decode(pair, prompt, ours), decode(pair, prompt, ar)
+    totals = {name: [0, 0.0] for name in ("ar", "specsweep", "reference")}
+    same = 0
+    with torch.inference_mode():
+        for i, prompt in enumerate(prompts):
+            tokens, wall = reference(prompt)
+            mine = decode(pair, prompt, ours)
+            base = decode(pair, prompt, ar)
+            same += mine.token_ids == tokens
+            runs = {"reference": (len(tokens), wall), "specsweep": (mine.new_tokens, mine.wall_s),
+                    "ar": (base.new_tokens, base.wall_s)}
+            for name, (n, s) in runs.items():
+                totals[name][0] += n
+                totals[name][1] += s
+            if progress:
+                progress(i + 1)
+    speed = {name: n / s for name, (n, s) in totals.items()}
+    labels = {"ar": "ar (verifier alone)", "specsweep": f"specsweep linear B={block} K=1 lossless",
+              "reference": f"dflash_generate block_size={block}"}
+    return [{"decoder": labels[name], "tokens_per_s": speed[name], "vs_ar": speed[name] / speed["ar"],
+             "vs_reference": speed[name] / speed["reference"],
+             "same_tokens": same if name == "specsweep" else None}
+            for name in ("ar", "reference", "specsweep")]
+
+
+def lossless_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    grid = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
+    for schedule in ("linear", "packed"):
+        for block in (4, 8):
+            for k in (1, 2):
+                grid[f"{schedule} B={block} K={k}"] = DecodeConfig(schedule=schedule, block=block, steps=k,
+                                                                   max_new_tokens=max_new_tokens)
+    return grid
+
+
+def best_lossless(pairs: dict[str, Pair], prompts: list[str], max_new_tokens: int,
+                  progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Per pair, the lossless greedy configuration with the highest throughput over `ar`
+    (both decoded interleaved per prompt): {pair, config, tokens_per_s, vs_ar, accepted_per_iteration}."""
+    rows = []
+    for name, pair in pairs.items():
+        totals = decode_all(pair, prompts, lossless_grid(max_new_tokens), progress=progress)
+        ar = totals.pop("ar").throughput
+        best = max(totals.values(), key=lambda t: t.throughput)
+        rows.append({"pair": name, "config": best.label, "tokens_per_s": best.throughput,
+                     "vs_ar": best.throughput / ar,
+                     "accepted_per_iteration": best.sum("accepted") / best.sum("iterations")})
+    return rows
