@@ -77,7 +77,8 @@ def run_benchmark(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfi
     return [t.row(ar) for t in totals.values()]
 
 
-def default_grid(block: int = 8, max_new_tokens: int = 48, kind: str = "two-model") -> dict[str, DecodeConfig]:
+def default_grid(block: int = 8, max_new_tokens: int = 48,
+                 kind: str = "two-model") -> dict[str, DecodeConfig]:
     """Greedy lossless configurations: the baselines, and each schedule at several K (those
     a pair of `kind` runs)."""
     base = dict(max_new_tokens=max_new_tokens, block=block, unmask="ltr")
