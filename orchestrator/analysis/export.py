@@ -11,9 +11,11 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.analysis.serving import dflash_serving
 from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_atomic
 from orchestrator.stored import baseline
+from workloads.models.pair import BUNDLED
 
 _WHERE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
 
@@ -146,6 +148,7 @@ def export_configs(
 
     parsed = parse_where(where) if where else None
     pairs = {p.name: p.load_spec() for p in spec.pairs}
+    kinds = spec.pair_kinds()
     kept = [
         r
         for r in rows
@@ -175,6 +178,9 @@ def export_configs(
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             },
         }
+        if kinds.get(row["pair"]) == "dflash":
+            refs = pairs[row["pair"]] if isinstance(pairs[row["pair"]], dict) else BUNDLED[pairs[row["pair"]]]
+            document["serving"] = dflash_serving(refs["drafter"], row["config"])
         notes = []
         if not row["exact"]:
             notes.append("lossy: this configuration does not reproduce the verifier's distribution")

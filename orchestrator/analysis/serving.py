@@ -1,0 +1,41 @@
+"""What a serving engine needs to run an exported DFlash configuration as it was measured.
+
+vLLM (`speculative_config`) and SGLang (launch flags) run DFlash as one draft pass (K = 1)
+per verification, verified losslessly, drafting in the `linear` order: after each
+verification, from the newest features. Their number of speculative tokens is B − 1 (the
+block's first row is the anchor). Anything else specsweep measured — K > 1, τ, lenient
+rules, the one-call-ahead `packed` schedule — has no setting there; the export says so
+instead of writing a setting that would decode differently.
+"""
+
+from __future__ import annotations
+
+
+def specsweep_only(config: dict) -> list[str]:
+    """The settings of `config` no serving engine's DFlash has, as `name value` strings."""
+    out = []
+    if config["schedule"] != "linear":
+        out.append(f"schedule {config['schedule']}")
+    if config.get("threshold") is not None:
+        out.append(f"threshold {config['threshold']}")
+    elif (config.get("steps") or 1) != 1:
+        out.append(f"steps {config['steps']}")
+    if config["rule"] != "lossless":
+        out.append(f"rule {config['rule']} (leniency {config['leniency']})")
+    return out
+
+
+def dflash_serving(drafter: str, config: dict) -> dict:
+    """{vllm: {speculative_config}, sglang: [flags]} for a DFlash drafter at config's block,
+    or {specsweep_only: [...]} naming what no engine can set."""
+    blocked = specsweep_only(config)
+    if blocked:
+        return {"specsweep_only": blocked,
+                "note": "measured with settings vLLM and SGLang do not have; decode it with specsweep"}
+    drafts = config["block"] - 1
+    return {
+        "vllm": {"speculative_config": {"method": "dflash", "model": drafter,
+                                        "num_speculative_tokens": drafts}},
+        "sglang": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter,
+                   "--speculative-num-draft-tokens", str(config["block"])],
+    }
