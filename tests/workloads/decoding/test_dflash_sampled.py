@@ -1,0 +1,84 @@
+"""Sampled exactness of target-conditioned drafting: `toy-dflash` at temperature 16, top-k 2
+(so every position has two outcomes of real mass, and the verifier's joint of the first
+four new tokens can be enumerated exactly from the verifier itself). Of five new tokens,
+2..4 are one draft of three (block 4: the anchor and three drafts) verified together. Each exact
+configuration matches the enumerated joint (16 cells, the smallest of mass 0.017) by a
+chi-square test at ALPHA over SAMPLES seeds; the same harness rejects a lossy rule (whose
+drafts leave the verifier's support, or miss its law)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from workloads.decoding import DecodeConfig, decode, is_exact
+from workloads.decoding.sampling import distribution
+from workloads.models.pair import load_pair
+
+ALPHA = 1e-3
+SAMPLES = 400
+PROMPT = "45+"
+SAMPLING = dict(temperature=16.0, top_k=2, max_new_tokens=5, block=4)
+TESTED = 4  # new tokens 1..4 (token 5 follows so that 2..4 fit one draft)
+
+
+@pytest.fixture(scope="module")
+def toy_dflash():
+    return load_pair("toy-dflash")
+
+
+@pytest.fixture(scope="module")
+def exact_joint(toy_dflash) -> dict[tuple, float]:
+    """The verifier's law of the first TESTED new tokens, from full forward passes."""
+    joint: dict[tuple, float] = {}
+
+    def walk(prefix: list[int], path: tuple, mass: float) -> None:
+        if len(path) == TESTED:
+            joint[path] = mass
+            return
+        with torch.inference_mode():
+            logits = toy_dflash.verifier(input_ids=torch.tensor([prefix])).logits[0, -1:].float()
+        p = distribution(logits, SAMPLING["temperature"], SAMPLING["top_k"], 1.0)[0]
+        for token in p.nonzero().flatten().tolist():
+            walk(prefix + [token], path + (token,), mass * float(p[token]))
+
+    walk(toy_dflash.tokenizer(PROMPT).input_ids, (), 1.0)
+    return joint
+
+
+def sampled(pair, config: DecodeConfig, joint: dict) -> tuple[int, float, float]:
+    """Over SAMPLES seeds: how many decodes left the verifier's support (the top-2 paths),
+    the goodness-of-fit p-value of the first TESTED tokens of the rest, and the mean number
+    of drafted (verified) tokens per decode."""
+    counts: Counter = Counter()
+    drafted = 0
+    for seed in range(SAMPLES):
+        result = decode(pair, PROMPT, dataclasses.replace(config, seed=20_000 + seed))
+        counts[tuple(result.token_ids[:TESTED])] += 1
+        drafted += result.drafted
+    cells = sorted(joint)
+    inside = sum(counts[c] for c in cells)
+    expected = [joint[c] * inside for c in cells]
+    pvalue = chisquare([counts[c] for c in cells], expected).pvalue if inside else 0.0
+    return SAMPLES - inside, pvalue, drafted / SAMPLES
+
+
+@pytest.mark.parametrize("rule", ["lossless", "match"])
+@pytest.mark.parametrize("schedule", ["linear", "packed"])
+def test_the_joint_of_a_whole_draft_matches_the_verifier(toy_dflash, exact_joint, schedule, rule):
+    config = DecodeConfig(schedule=schedule, rule=rule, **SAMPLING)
+    assert is_exact(config)
+    outside, pvalue, drafted = sampled(toy_dflash, config, exact_joint)
+    assert drafted >= 3  # the three drafts after the first token were drafted and verified
+    assert outside == 0 and pvalue > ALPHA, f"{schedule} {rule}: {outside} outside, p = {pvalue:.2g}"
+
+
+def test_the_same_harness_rejects_a_lossy_rule(toy_dflash, exact_joint):
+    config = DecodeConfig(schedule="linear", rule="linear", leniency=1.0, **SAMPLING)
+    assert not is_exact(config)
+    outside, pvalue, _ = sampled(toy_dflash, config, exact_joint)
+    assert outside > SAMPLES // 10 or pvalue < ALPHA
