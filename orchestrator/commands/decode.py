@@ -42,14 +42,14 @@ def read_prompts(path: Path) -> list[str]:
 
 @user_errors
 def decode(
-    pair: str = typer.Option(None, help="Pair name (toy, toy-self); or from --config.", **OPT),
+    pair: str = typer.Option(None, help="Pair name (toy, toy-self, toy-dflash); or from --config.", **OPT),
     prompt: str = typer.Option(None, help="Prompt text.", **OPT),
     prompts: Path = typer.Option(None, help="Text file (a prompt a line) or JSONL with 'prompt'.", **OPT),
     config: Path = typer.Option(None, help="Config YAML (settings, or an export); flags override.", **OPT),
     num_samples: int = typer.Option(1, min=1, help="Samples per prompt, seeds seed..seed+N-1."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per decode."),
     schedule: str = typer.Option(None, help="ar | diffusion | linear | packed | quadratic", **OPT),
-    block: int = typer.Option(None, help="B: tokens drafted (dual-mode: B-1 drafted).", **OPT),
+    block: int = typer.Option(None, help="B: tokens drafted (dual-mode, DFlash: B-1 drafted).", **OPT),
     steps: int = typer.Option(None, help="K: denoising steps per block.", **OPT),
     threshold: float = typer.Option(None, help="τ: adaptive commit threshold (instead of K).", **OPT),
     unmask: str = typer.Option(None, help="ltr | confidence | margin | entropy | random", **OPT),

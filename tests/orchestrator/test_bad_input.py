@@ -258,12 +258,12 @@ def test_a_read_only_root_is_one_line(tmp_path):
 
 
 def test_a_full_disk_during_setup_leaves_nothing(tmp_path, monkeypatch):
-    import orchestrator.sweep.driver
+    import orchestrator.sweep.study
 
     def full(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(orchestrator.sweep.driver, "write_atomic", full)
+    monkeypatch.setattr(orchestrator.sweep.study, "write_atomic", full)
     one_line_error(run_cli(tmp_path, GOOD), "--root: cannot write the sweep state")
     assert tree(tmp_path) == ["spec.yaml"]
 
