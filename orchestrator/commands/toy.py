@@ -37,7 +37,7 @@ def train(
     seed: int = typer.Option(0, help="Training seed (data order and initialisation)."),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Measure quality afterwards."),
 ) -> None:
-    """Train the four toy models from scratch (about 19 minutes on 2 CPU cores)."""
+    """Train the four toy models from scratch (about 21 minutes on 2 CPU cores)."""
     from workloads.models.toy_train import train_all
 
     start = time.perf_counter()

@@ -30,7 +30,7 @@ from workloads.models.toy_train import CLEAN_LEN, IGNORE, sample_sequences
 BLOCK = 8  # the anchor and 7 drafts (vLLM: num_speculative_tokens 7)
 TARGET_LAYERS = [1, 3, 5]  # of the verifier's 8
 LAYERS = 2
-STEPS, BATCH, ANCHORS, LR = 1500, 32, 4, 2e-3
+STEPS, BATCH, ANCHORS, LR = 3000, 32, 4, 2e-3
 GAMMA = 4.0  # loss decay over block offsets
 
 
