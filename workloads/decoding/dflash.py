@@ -20,13 +20,21 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from workloads.decoding.acceptance import draw
 from workloads.decoding.calls import Meter
+from workloads.decoding.drafting import Draft, DraftSettings, slot_logits
+from workloads.decoding.sampling import point_mass
 
 
 def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
     """The decoder layers of a causal LM (`model.model.layers` in Llama, Qwen and kin)."""
     base = getattr(model, "model", None) or getattr(model, model.base_model_prefix)
     return base.layers
+
+
+def is_dflash2(drafter) -> bool:
+    """A DFlash 2 drafter: it proposes through a candidate selector."""
+    return hasattr(drafter, "candidate_selector")
 
 
 class FeatureTap:
@@ -88,6 +96,7 @@ class DFlashDrafter:
                             noise_embedding=(self.embed(ids) * self.scale)[None].to(self.dtype),
                             position_ids=positions, past_key_values=self.cache, use_cache=True)[0]
         logits = self.model.compute_logits(hidden, self.head)
+        self.hidden = hidden  # the block rows' states, for DFlash 2's candidate chain
         self.meter.stop(self.device, began)
         self.meter.nfe += 1
         self.meter.rows += q
@@ -98,6 +107,39 @@ class DFlashDrafter:
 
     def _width(self) -> int:
         return len(self.model.target_layer_ids) * self.model.config.hidden_size
+
+
+def chain_draft(drafter: DFlashDrafter, pending: list[int], last: int, width: int, settings: DraftSettings,
+                generator: torch.Generator) -> Draft:
+    """DFlash 2's one-pass draft: each slot keeps its top-k candidates by logit, and the
+    candidate selector scores a candidate c after the token chosen before it, t, as
+    s(c) = logit(c) + ⟨pred(t) ⊙ W h, succ(c)⟩ (codebooks pred, succ; h the slot's state).
+    Slots are drawn left to right from q = softmax(s / T) over the candidates (argmax at a
+    point-mass setting); q, scattered over the vocabulary, is what verification divides by,
+    and each token is drawn from its own q given the tokens before it, so lossless stays
+    exact."""
+    selector = drafter.model.candidate_selector
+    canvas = torch.full((width,), settings.mask_token_id, dtype=torch.long, device=drafter.device)
+    if width == 0:
+        return Draft(canvas, torch.zeros(0, 1, device=drafter.device), 0)
+    logits = slot_logits(drafter.block(pending, last, canvas), settings)  # (W, V), mask excluded
+    unary, candidates = logits.topk(selector.top_k, dim=-1)
+    states = selector.hidden_projection(drafter.hidden[1:].to(selector.hidden_projection.weight.dtype))
+    successors = selector.successor_codebook(candidates)  # (W, k, r)
+    before = torch.tensor(last, device=drafter.device)
+    tokens, q = [], torch.zeros_like(logits)
+    for i in range(width):
+        scores = unary[i] + successors[i] @ (selector.predecessor_codebook(before) * states[i]).float()
+        if point_mass(settings.temperature, settings.top_k):
+            chosen = scores.argmax()
+            q[i, candidates[i, chosen]] = 1.0
+        else:
+            weights = torch.softmax(scores / settings.temperature, -1)
+            chosen = draw(weights, torch.empty_like(weights).exponential_(generator=generator))
+            q[i, candidates[i]] = weights
+        before = candidates[i, chosen]
+        tokens.append(before)
+    return Draft(torch.stack(tokens), q, 1)
 
 
 def _setting(config, name: str, default=None):

@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter, side_stream, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
-from workloads.decoding.dflash import DFlashDrafter, FeatureTap
+from workloads.decoding.dflash import DFlashDrafter, FeatureTap, chain_draft, is_dflash2
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
 from workloads.decoding.kinds import check_kind, draft_width
 from workloads.decoding.output import Output
@@ -87,6 +87,10 @@ def draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
 
 def check_pair(pair: Pair, config: DecodeConfig) -> None:
     check_kind(kind_of(pair), config)
+    if isinstance(pair, DFlashPair) and is_dflash2(pair.drafter) and config.schedule != "ar" and (
+            config.threshold is not None or config.k != 1):
+        raise ConfigError("steps: a DFlash 2 drafter proposes its candidate chain in one pass (steps 1, "
+                          "no threshold)")
     if isinstance(pair, SelfPair) and config.verify_order != "ltr" and not pair.profile.any_order:
         raise ConfigError(f"verify_order: confidence needs a model trained for any-order verification "
                           f"(profile any_order: true); {pair.name} is left-to-right only")
@@ -116,9 +120,10 @@ def _diffusion(state: DecodeState, drafter: CachedModel, prompt: list[int], sett
 
 def _speculative(state: DecodeState, drafter: CachedModel | DFlashDrafter, verifier: CachedModel,
                  prompt: list[int], settings: DraftSettings, packed: bool, block: int,
-                 tap: FeatureTap | None = None) -> None:
+                 tap: FeatureTap | None = None, drafting=diffusion_draft) -> None:
     """Two-model linear or packed; `block` tokens drafted per iteration. With a `tap`, the
-    drafter is a DFlashDrafter fed the verifier's features of every verified row."""
+    drafter is a DFlashDrafter fed the verifier's features of every verified row (and a
+    DFlash 2 drafter drafts with `chain_draft`)."""
 
     def verified(rows: int) -> None:  # a DFlash drafter's context: the verifier's rows now verified
         if tap is not None:
@@ -130,7 +135,7 @@ def _speculative(state: DecodeState, drafter: CachedModel | DFlashDrafter, verif
         return
     pending = list(prompt)  # verified tokens the drafter has not cached (all but `last`)
     if packed:
-        draft = diffusion_draft(drafter, pending, last, block, settings, state.generator)
+        draft = drafting(drafter, pending, last, block, settings, state.generator)
         pending = []
     while True:
         room = state.out.remaining - 1  # a recovered or bonus token follows the accepted drafts
@@ -138,10 +143,10 @@ def _speculative(state: DecodeState, drafter: CachedModel | DFlashDrafter, verif
             draft = Draft(draft.tokens[:room], draft.q[:room], draft.steps)
             logits = verify_forward(verifier, last, draft)
             with side_stream(verifier.device):
-                fresh = diffusion_draft(drafter, pending, last, block, settings, state.generator)
+                fresh = drafting(drafter, pending, last, block, settings, state.generator)
             emitted = verify_finish(state, verifier, logits, draft)
         else:
-            fresh = diffusion_draft(drafter, pending, last, min(block, room), settings, state.generator)
+            fresh = drafting(drafter, pending, last, min(block, room), settings, state.generator)
             emitted = verify_step(state, verifier, last, fresh)
         verified(len(emitted))  # rows [last, accepted drafts]
         if fresh.steps:  # a drafting call cached the pending tokens
@@ -188,7 +193,8 @@ def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
         try:
             _speculative(state, DFlashDrafter(pair.drafter, verifier_model, meter),
                          CachedModel(verifier_model, meter), ids, settings, config.schedule == "packed",
-                         draft_width("dflash", config.block), tap)
+                         draft_width("dflash", config.block), tap,
+                         chain_draft if is_dflash2(pair.drafter) else diffusion_draft)
         finally:
             tap.close()
     else:

@@ -97,3 +97,54 @@ def test_schedules_a_dflash_pair_cannot_run_are_refused(tiny_dflash):
         decode(tiny_dflash, "1+1=", DecodeConfig(schedule="diffusion"))
     with pytest.raises(ValueError, match="block: a DFlash pair needs block >= 2"):
         decode(tiny_dflash, "1+1=", DecodeConfig(schedule="linear", block=1))
+
+
+@pytest.fixture(scope="module")
+def tiny_dflash2(tiny_dflash) -> DFlashPair:
+    """A DFlash 2 drafter (grouped causal convolutions, a candidate selector) over the same
+    verifier."""
+    from dflash.model import DFlash2DraftModel
+
+    torch.manual_seed(11)
+    config = qwen3(1, num_target_layers=4,
+                   dflash_config={"block_size": 8, "mask_token_id": TOK.mask_token_id,
+                                  "target_layer_ids": [0, 2], "conv_kernel_size": 2, "conv_group_size": 16,
+                                  "selector_rank": 8, "selector_top_k": 4})
+    drafter = DFlash2DraftModel(config).eval()
+    for module in drafter.modules():  # the convolutions' base kernels start uninitialised
+        if hasattr(module, "base_kernel"):
+            module.base_kernel.data.normal_(0, 0.02)
+    return DFlashPair("tiny-dflash2", drafter, tiny_dflash.verifier, TOK, tiny_dflash.profile)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "packed"])
+def test_dflash2_drafts_its_candidate_chain_and_stays_exact(tiny_dflash2, schedule):
+    for prompt in PROMPTS[:3]:
+        ar = decode(tiny_dflash2, prompt, DecodeConfig(schedule="ar", max_new_tokens=20))
+        spec = decode(tiny_dflash2, prompt, DecodeConfig(schedule=schedule, block=8, max_new_tokens=20))
+        assert spec.token_ids == ar.token_ids and spec.drafted > 0
+        ids = TOK(prompt, return_tensors="pt").input_ids
+        reference = dflash_generate(tiny_dflash2.drafter, tiny_dflash2.verifier, ids, max_new_tokens=20,
+                                    stop_token_ids=[TOK.eos_token_id], block_size=8)[0, ids.shape[1]:]
+        assert spec.token_ids == reference.tolist()
+    with pytest.raises(ValueError, match="DFlash 2 drafter proposes its candidate chain in one pass"):
+        decode(tiny_dflash2, "1+1=", DecodeConfig(schedule=schedule, block=8, steps=2))
+
+
+def test_dflash2_proposals_are_distributions_over_the_candidates(tiny_dflash2):
+    """Sampled chain: each q row sums to 1 over the slot's top-k candidates, and the drawn
+    token is one of them with positive q."""
+    from workloads.decoding.calls import Meter
+    from workloads.decoding.dflash import DFlashDrafter, chain_draft
+    from workloads.decoding.drafting import DraftSettings
+
+    drafter = DFlashDrafter(tiny_dflash2.drafter, tiny_dflash2.verifier, Meter())
+    ids = TOK("12+34=").input_ids
+    drafter.add(torch.randn(len(ids) - 1, 2 * 64))
+    settings = DraftSettings(steps=1, threshold=None, unmask="ltr", temperature=1.0, top_k=0, top_p=1.0,
+                             mask_token_id=TOK.mask_token_id, shifted=False)
+    with torch.inference_mode():
+        draft = chain_draft(drafter, ids[:-1], ids[-1], 7, settings, torch.Generator().manual_seed(0))
+    assert draft.q.shape == (7, len(TOK)) and torch.allclose(draft.q.sum(-1), torch.ones(7))
+    assert ((draft.q > 0).sum(-1) <= 4).all()
+    assert (draft.q.gather(1, draft.tokens[:, None]) > 0).all()
