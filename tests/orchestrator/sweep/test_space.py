@@ -56,6 +56,14 @@ def test_dual_mode_pairs_get_their_own_schedules_blocks_and_one_step_drafts():
     assert own == {("linear", 4, 1), ("linear", 4, 2), ("packed", 4, 1), ("quadratic", 4, 1)}
 
 
+def test_a_dflash_pair_gets_linear_and_packed_blocks_of_two_or_more_and_every_k():
+    s = spec({"schedule": ["linear", "packed", "quadratic"], "block": [1, 4], "steps": [1, 2]},
+             pairs=("toy-self", "toy-dflash"))
+    own = {(c.config.schedule, c.config.block, c.config.k) for c in
+           (choose_config(s, lambda name, values, p=p: p[name]) for p in grid(s)) if c.pair == "toy-dflash"}
+    assert own == {(schedule, 4, k) for schedule in ("linear", "packed") for k in (1, 2)}
+
+
 def test_quadratic_needs_a_dual_mode_pair():
     with pytest.raises(SpecError, match="space.schedule: quadratic needs a dual-mode pair"):
         spec({"schedule": ["quadratic"]})

@@ -148,3 +148,13 @@ def test_dflash2_proposals_are_distributions_over_the_candidates(tiny_dflash2):
     assert draft.q.shape == (7, len(TOK)) and torch.allclose(draft.q.sum(-1), torch.ones(7))
     assert ((draft.q > 0).sum(-1) <= 4).all()
     assert (draft.q.gather(1, draft.tokens[:, None]) > 0).all()
+
+
+def test_an_absent_dflash_checkpoint_is_the_usual_offline_line():
+    from workloads.models.pair import TOY_DIR, load_pair
+
+    spec = {"drafter": "z-lab/Nothing-DFlash-b16", "verifier": str(TOY_DIR / "verifier"),
+            "profile": {"family": "dflash"}}
+    with pytest.raises(PairError, match=r"pair.drafter: cannot load 'z-lab/Nothing-DFlash-b16'.*offline, "
+                                        r"download it first"):
+        load_pair(spec)
