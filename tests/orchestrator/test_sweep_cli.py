@@ -74,3 +74,20 @@ def test_offline_dataset_or_missing_chat_template_exit_2_and_create_nothing(tmp_
         assert result.exit_code == 2, result.output
         assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
         assert not (tmp_path / ".specsweep").exists()
+
+
+def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_serving_settings(tmp_path):
+    data = {**GOOD, "name": "dfl", "pairs": ["toy-dflash"], "baselines": ["ar", "diffusion"],
+            "space": {"schedule": ["linear"], "block": [4], "max_new_tokens": 8}}
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    from orchestrator.sweep.study import load_sweep
+
+    _, study = load_sweep(tmp_path, "dfl")
+    assert sorted(k for k in study.user_attrs if k.startswith("baseline:")) == ["baseline:toy-dflash:ar"]
+    out = tmp_path / "exported"
+    assert runner.invoke(app, ["export", "dfl", "--root", str(tmp_path), "--out", str(out)]).exit_code == 0
+    (path,) = out.glob("trial*.yaml")
+    serving = yaml.safe_load(path.read_text())["serving"]
+    assert serving["vllm"]["speculative_config"]["method"] == "dflash"
+    assert serving["vllm"]["speculative_config"]["num_speculative_tokens"] == 3
