@@ -22,9 +22,10 @@ def _print_quality(acc: dict[str, float], as_json: bool) -> bool:
     if as_json:
         typer.echo(json.dumps({"accuracy": acc, "checks": dict(checks)}))
     else:
-        typer.echo(f"{'model / mode':<26}accuracy")
+        width = max(map(len, acc)) + 2
+        typer.echo(f"{'model / mode':<{width}}accuracy (accepted_per_iteration: draft tokens)")
         for key, value in acc.items():
-            typer.echo(f"{key:<26}{value:.3f}")
+            typer.echo(f"{key:<{width}}{value:.3f}")
         for text, ok in checks:
             typer.echo(f"[{'ok' if ok else 'FAIL'}] {text}")
     return all(ok for _, ok in checks)
