@@ -17,7 +17,7 @@ from scipy.stats import chisquare
 
 from workloads.decoding import DecodeConfig, decode, is_exact
 from workloads.decoding.sampling import distribution
-from workloads.models.pair import load_pair
+from workloads.models.pair import DFlashPair, load_pair
 
 ALPHA = 1e-3
 SAMPLES = 300
@@ -29,6 +29,23 @@ TESTED = 4  # new tokens 1..4 (token 5 follows so that 2..4 fit one draft)
 @pytest.fixture(scope="module")
 def toy_dflash():
     return load_pair("toy-dflash")
+
+
+@pytest.fixture(scope="module")
+def toy_dflash2(toy_dflash):
+    """A DFlash 2 drafter (random weights: its candidate chain is mostly rejected, so the
+    recovered tokens come from residuals of sparse proposals) over the same verifier."""
+    from dflash.model import DFlash2DraftModel
+
+    base = toy_dflash.drafter.config.to_dict()
+    base["dflash_config"] = {**base["dflash_config"], "conv_kernel_size": 2, "conv_group_size": 16,
+                             "selector_rank": 8, "selector_top_k": 4}
+    torch.manual_seed(13)
+    drafter = DFlash2DraftModel(type(toy_dflash.drafter.config).from_dict(base)).eval()
+    for module in drafter.modules():  # the convolutions' base kernels start uninitialised
+        if hasattr(module, "base_kernel"):
+            module.base_kernel.data.normal_(0, 0.02)
+    return DFlashPair("toy-dflash2", drafter, toy_dflash.verifier, toy_dflash.tokenizer, toy_dflash.profile)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +93,14 @@ def test_the_joint_of_a_whole_draft_matches_the_verifier(toy_dflash, exact_joint
     outside, pvalue, drafted = sampled(toy_dflash, config, exact_joint)
     assert drafted >= 3  # the three drafts after the first token were drafted and verified
     assert outside == 0 and pvalue > ALPHA, f"{schedule} {rule}: {outside} outside, p = {pvalue:.2g}"
+
+
+@pytest.mark.parametrize(("schedule", "rule"), [("linear", "lossless"), ("packed", "match")])
+def test_dflash2_candidate_chains_keep_the_verifiers_joint(toy_dflash2, exact_joint, schedule, rule):
+    outside, pvalue, drafted = sampled(toy_dflash2, DecodeConfig(schedule=schedule, rule=rule, **SAMPLING),
+                                       exact_joint)
+    assert drafted >= 3
+    assert outside == 0 and pvalue > ALPHA, f"DFlash 2 {schedule} {rule}: {outside} outside, p = {pvalue:.2g}"
 
 
 def test_the_same_harness_rejects_a_lossy_rule(toy_dflash, exact_joint):
