@@ -1,5 +1,12 @@
 """The names of what a sweep stores on its Optuna study, read back by status, frontier and
-export: one place, so a writer and its readers cannot drift apart."""
+export: one place, so a writer and its readers cannot drift apart.
+
+Study attributes: `baseline:<pair>:<kind>` (below), `parent_run` and `tracking_uri` (where
+its MLflow runs are), `hardware` (one entry per kind of worker). Trial attributes: `pair`,
+`config` (DecodeConfig.to_dict()), `exact`, `metrics`, `constraints` (<= 0 feasible),
+`control` (the ar controls' speed), and for trials that did not finish `error`,
+`interrupted` (asked again on resume) or `duplicate` (pruned, another point asked instead).
+"""
 
 from __future__ import annotations
 
