@@ -11,20 +11,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from orchestrator.analysis.summary import effort  # noqa: E402
+
 LABELS = {
     "throughput_tps": "throughput (tokens / s)",
     "latency_s": "latency (s per prompt)",
     "accuracy": "accuracy (fraction correct)",
     "acceptance_rate": "acceptance rate (accepted / drafted)",
 }
-
-
-def effort(config: dict) -> str:
-    return (
-        f"τ={config['threshold']:g}"
-        if config.get("threshold") is not None
-        else f"K={config.get('steps') or 1}"
-    )
 
 
 def frontier_figure(

@@ -9,6 +9,13 @@ from orchestrator.analysis.timing import describe, flagged, timing_report
 from orchestrator.stored import baseline, baselines
 
 
+def effort(config: dict) -> str:
+    """A config's drafting effort as the tables and plots show it: `τ=<threshold>` or `K=<steps>`."""
+    if config.get("threshold") is not None:
+        return f"τ={config['threshold']:g}"
+    return f"K={config.get('steps') or 1}"
+
+
 def frontier_rows(spec, study, run_ids: dict[int, str]) -> list[dict]:
     """One row per frontier trial (trial, pair, exact, config, params, objectives, metrics,
     its MLflow run id from `run_ids`), flagged `tied` when statistically indistinguishable

@@ -17,18 +17,19 @@ ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sw
 def _table(title: str, spec, rows: list[dict]):
     from rich.table import Table
 
+    from orchestrator.analysis.summary import effort
+
     table = Table(title=title)
     for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact", "notes"):
         table.add_column(col, justify="right")
     for r in rows:
         c = r["config"]
-        effort = f"τ={c['threshold']}" if c.get("threshold") is not None else f"K={c.get('steps') or 1}"
         table.add_row(
             str(r["trial"]),
             r["pair"],
             c["schedule"],
             str(c["block"]),
-            effort,
+            effort(c),
             c["rule"],
             f"{c['leniency']:g}",
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),

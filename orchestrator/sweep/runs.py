@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from orchestrator.analysis.summary import effort
 from orchestrator.files import write_atomic
 from orchestrator.sweep.tracking import TrialLog
 from workloads.decoding import is_exact
@@ -95,9 +96,8 @@ def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
     out = []
     for r in rows:
         c = r["config"]
-        effort = f"τ={c['threshold']}" if c.get("threshold") is not None else f"K={c.get('steps') or 1}"
         out.append({"trial": r["trial"], "run": names.get(r["trial"], ""), "pair": r["pair"],
-                    "schedule": c["schedule"], "block": c["block"], "effort": effort, "rule": c["rule"],
+                    "schedule": c["schedule"], "block": c["block"], "effort": effort(c), "rule": c["rule"],
                     "leniency": c["leniency"], "exact": r["exact"], "tied": r.get("tied", False),
                     **{m: r["objectives"][m] for m in spec.objectives}, "run_id": r.get("run_id") or ""})
     return out
