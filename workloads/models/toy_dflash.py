@@ -13,7 +13,6 @@ sequence share one verifier pass.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
 from workloads.decoding.dflash import FeatureTap
 from workloads.models.masks import additive
-from workloads.models.toy_train import CLEAN_LEN, IGNORE, sample_sequences
+from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences, warmup_cosine
 
 BLOCK = 8  # the anchor and 7 drafts (vLLM: num_speculative_tokens 7)
 TARGET_LAYERS = [1, 3, 5]  # of the verifier's 8
@@ -83,13 +82,7 @@ def train_dflash(verifier: LlamaForCausalLM, tok: PreTrainedTokenizerFast, seed:
     embed, head = verifier.get_input_embeddings(), verifier.lm_head
     tap = FeatureTap(verifier, TARGET_LAYERS)
     opt = torch.optim.AdamW(drafter.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, steps // 20)
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps))
     weights = torch.exp(-torch.arange(BLOCK - 1, dtype=torch.float32) / GAMMA)
     drafter.train()
     t0 = time.perf_counter()

@@ -22,7 +22,6 @@ itself bidirectionally — the same rows a drafting call evaluates over a cached
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable
@@ -35,11 +34,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workloads.models.masks import additive
 from workloads.models.tokenizer import build_char_tokenizer
-from workloads.tasks.arith import render, split_of
+from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences, warmup_cosine
 
-CLEAN_LEN = 40  # longest prompt + scratchpad + eos is 9 + 26 + 1 = 36
 MAX_CANVAS = 32
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -79,23 +76,6 @@ def model_config(vocab: int, layers: int, profile: dict) -> LlamaConfig:
     )
     config.specsweep = profile
     return config
-
-
-def encode(tok: PreTrainedTokenizerFast, text: str) -> list[int]:
-    return tok.convert_tokens_to_ids(list(text))
-
-
-def sample_sequences(rng: random.Random, tok: PreTrainedTokenizerFast, n: int, three: float = 0.5):
-    """n training sequences: (ids of prompt + scratchpad + eos, prompt length); a share
-    `three` of them with three operands."""
-    out = []
-    while len(out) < n:
-        count = 3 if rng.random() < three else 2
-        operands = [rng.randint(0, 99) for _ in range(count)]
-        prompt, reference, _ = render(operands, [rng.choice("+-") for _ in range(count - 1)])
-        if split_of(prompt) == "train":
-            out.append((encode(tok, prompt + reference) + [tok.eos_token_id], len(prompt)))
-    return out
 
 
 def build_batch(seqs, rng: random.Random, stage: Stage, tok: PreTrainedTokenizerFast):
@@ -167,14 +147,7 @@ def train(
     torch.manual_seed(seed)
     rng = random.Random(f"toy-train:{stage.name}:{seed}")
     opt = torch.optim.AdamW(model.parameters(), lr=stage.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, stage.steps // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, stage.steps - warmup)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(stage.steps))
     model.train()
     t0 = time.perf_counter()
     hidden = bool(stage.exits)  # exits read the intermediate hidden states

@@ -6,8 +6,9 @@ import torch
 from transformers import LlamaForCausalLM
 
 from workloads.models.tokenizer import build_char_tokenizer
+from workloads.models.toy_data import CLEAN_LEN, sample_sequences
 from workloads.models.toy_dflash import ANCHORS, BLOCK, build_blocks, train_dflash
-from workloads.models.toy_train import CLEAN_LEN, model_config, sample_sequences
+from workloads.models.toy_train import model_config
 
 TOK = build_char_tokenizer()
 

@@ -4,15 +4,13 @@ import torch
 from transformers import LlamaForCausalLM
 
 from workloads.models.tokenizer import build_char_tokenizer
+from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences
 from workloads.models.toy_train import (
-    CLEAN_LEN,
-    IGNORE,
     Stage,
     build_batch,
     drafter_from,
     grow,
     model_config,
-    sample_sequences,
     train,
 )
 
