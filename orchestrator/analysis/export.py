@@ -148,7 +148,7 @@ def export_configs(
 
     parsed = parse_where(where) if where else None
     pairs = {p.name: p.load_spec() for p in spec.pairs}
-    kinds = spec.pair_kinds()
+    kinds = spec.pair_kinds
     kept = [
         r
         for r in rows

@@ -242,7 +242,7 @@ class Driver:
     def run(self, resume: bool = False, fresh: bool = False) -> optuna.Study:
         if not hasattr(self, "examples"):
             self.prepare(resume, fresh)
-        self.kinds = self.spec.pair_kinds()
+        self.kinds = self.spec.pair_kinds
         self.study = open_study(self.dir, self.spec)
         self.tracker = Tracker(
             self.tracking_uri,

@@ -39,7 +39,7 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
 
     names = [p.name for p in spec.pairs]
     pair = names[0] if len(names) == 1 else choose("pair", names)
-    kind = spec.pair_kinds()[pair]
+    kind = spec.pair_kinds[pair]
     settings: dict = {}
     fits = {"schedule": lambda s: allows_schedule(kind, s), "block": lambda b: b >= min_block(kind)}
     for key, allowed in fits.items():

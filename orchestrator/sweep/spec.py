@@ -6,6 +6,7 @@ Every error is one line naming the offending key (`spec: space.leniency: ...`).
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -191,7 +192,9 @@ class SweepSpec(_Strict):
     def dimension_values(self) -> dict[str, list]:
         return {k: _values(k, v) for k, v in self.space.items()}
 
+    @cached_property
     def pair_kinds(self) -> dict[str, str]:
+        """Pair name -> kind, checked once per spec (it reads each local model's files)."""
         return {p.name: pair_kind(p.load_spec()) for p in self.pairs}
 
 
@@ -239,7 +242,7 @@ def _check_space(spec: SweepSpec) -> None:
                 raise SpecError(f"spec: space.{key}: {err}") from None
             except TypeError:
                 raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
-    kinds = set(spec.pair_kinds().values())
+    kinds = set(spec.pair_kinds.values())
     if any(not any(allows_schedule(k, s) for k in kinds) for s in dims.get("schedule", [])):
         raise SpecError("spec: space.schedule: quadratic needs a dual-mode pair (a pair with `model:`)")
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
@@ -268,7 +271,7 @@ def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
     if spec.task.data is not None and not Path(spec.task.data).expanduser().exists():
         raise SpecError(f"spec: task.data: {spec.task.data} does not exist")
     try:
-        spec.pair_kinds()
+        spec.pair_kinds  # noqa: B018 (checks every pair's files)
     except PairError as err:
         raise SpecError(f"spec: pairs: {err}") from None
     _check_space(spec)
