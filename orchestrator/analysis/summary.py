@@ -39,7 +39,7 @@ def frontier_rows(spec, study, run_ids: dict[int, str]) -> list[dict]:
         [r["metrics"] for r in rows],
         tuple(spec.objectives.values()),
     )
-    noisy = flagged(study)
+    noisy = flagged(timing_report(study))
     for row, flag in zip(rows, flags):
         row["tied"] = flag
         row["timing_flagged"] = row["trial"] in noisy

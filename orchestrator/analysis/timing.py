@@ -23,9 +23,10 @@ def timing_report(study: optuna.Study) -> dict:
     return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
 
 
-def flagged(study: optuna.Study) -> set[int]:
-    """Trials whose controls ran far from their pair's typical speed (metrics.OUTLIER)."""
-    return {t for pair in timing_report(study)["drift"].values() for t in pair["outliers"]}
+def flagged(report: dict) -> set[int]:
+    """Trials of a `timing_report` whose controls ran far from their pair's typical speed
+    (metrics.OUTLIER)."""
+    return {t for pair in report["drift"].values() for t in pair["outliers"]}
 
 
 def describe(report: dict) -> list[str]:

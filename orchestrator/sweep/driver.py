@@ -297,7 +297,7 @@ class Driver:
         interrupt guard, so a Ctrl-C here still leaves nothing RUNNING)."""
         from orchestrator.analysis.plots import sweep_plots
         from orchestrator.analysis.summary import frontier_rows
-        from orchestrator.analysis.timing import timing_report
+        from orchestrator.analysis.timing import flagged, timing_report
 
         self._send_logs()
         for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
@@ -313,9 +313,9 @@ class Driver:
         self.tracker.log_sweep_metrics(self.parent_run, {
             f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
             for name in ("drift", "baseline_vs_controls") if name in d})
-        flagged = sorted(t for d in report["drift"].values() for t in d["outliers"])
-        if flagged:
-            self.tracker.tag_sweep(self.parent_run, "specsweep.timing_flagged", ",".join(map(str, flagged)))
+        noisy = sorted(flagged(report))
+        if noisy:
+            self.tracker.tag_sweep(self.parent_run, "specsweep.timing_flagged", ",".join(map(str, noisy)))
         self.tracker.end_sweep(self.parent_run, "FINISHED")
 
     def _run_baselines(self) -> None:
