@@ -37,7 +37,9 @@ def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_n
         return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
 
     for prompt in prompts[:warmup]:
-        reference(prompt), decode(pair, prompt, ours), decode(pair, prompt, ar)
+        reference(prompt)
+        decode(pair, prompt, ours)
+        decode(pair, prompt, ar)
     totals = {name: [0, 0.0] for name in ("ar", "specsweep", "reference")}
     same = 0
     with torch.inference_mode():
