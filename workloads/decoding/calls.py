@@ -4,6 +4,9 @@ Keeping the last verified token out of the cache means every call starts with it
 verifier call over [last, y_1 .. y_B] returns the B + 1 distributions p_1 .. p_{B+1}, and a
 drafting call over [last, canvas] sees exactly the verified prefix. Rows that are not part
 of the verified prefix (rejected drafts, drafting rows) are cropped after the call.
+
+A `CachedModel` is one row's view of a `Network`: the rows of a batch (`batch.py`) queue
+their calls on it, and it runs them as one padded forward over the batch's `SlotCache`.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from workloads.models.masks import additive, causal, rows_after_cache
+from workloads.decoding.batch import Batch, Call
+from workloads.decoding.slots import SlotCache
+from workloads.models.masks import additive, causal
 
 
 @dataclass
@@ -25,7 +30,8 @@ class Meter:
     On a CPU a call is timed by the wall clock around it. On a GPU each call records a pair
     of CUDA events on its stream and nothing waits for them until `model_s` is read after
     the decode's final synchronization, so timing adds no host syncs to the accept loop.
-    Calls overlapped on two streams (two-model packed) are each counted in full.
+    Calls overlapped on two streams (two-model packed) are each counted in full. In a batch
+    each row's meter counts every call it took part in, its own rows and the call's time.
     """
 
     nfe: int = 0
@@ -40,13 +46,22 @@ class Meter:
             return begin
         return time.perf_counter()
 
-    def stop(self, device: torch.device, began) -> None:
+    def mark(self, device: torch.device, began):
+        """The interval of a call that began at `began`: a CUDA event pair, or seconds."""
         if device.type == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            self.events.append((began, end))
+            return began, end
+        return time.perf_counter() - began
+
+    def add(self, interval, rows: int) -> None:
+        """Count one call of `rows` token rows that took `interval` (from `mark`)."""
+        if isinstance(interval, tuple):
+            self.events.append(interval)
         else:
-            self.cpu_s += time.perf_counter() - began
+            self.cpu_s += interval
+        self.nfe += 1
+        self.rows += rows
 
     @property
     def model_s(self) -> float:
@@ -77,57 +92,120 @@ def side_stream(device: torch.device):
     main.wait_stream(side)
 
 
-class CachedModel:
-    """A transformers causal LM with its KV cache; `length` tokens are cached."""
+@dataclass
+class Rows:
+    """What one row asks of a network: `ids` (q,) at `positions` (q,), seeing the row's
+    cache and `visible` (q, q) among themselves; the first `keep` stay cached."""
 
-    def __init__(self, model: PreTrainedModel, meter: Meter, prefix_cache: bool = True,
+    ids: torch.Tensor
+    positions: torch.Tensor
+    visible: torch.Tensor
+    keep: int
+    meter: Meter
+
+
+class Network:
+    """A transformers causal LM serving the rows of one batch, with their KV slots."""
+
+    def __init__(self, model: PreTrainedModel, batch: Batch, prefix_cache: bool = True,
                  own_attention: bool = False):
-        self.model, self.meter = model, meter
+        self.model, self.batch = model, batch
         self.prefix_cache = prefix_cache  # False: full-attention drafting, nothing cached
         self.own_attention = own_attention  # without a cache: input ids only (profiles.py)
-        self.history: list[int] = []  # the verified tokens seen, when nothing is cached
-        self.cache = DynamicCache()
-        self.length = 0
+        self.slots = SlotCache(batch.size)
         self.device = model.device
         self.dtype = model.dtype
-        self._causal: torch.Tensor | None = None
+        self.tap = None  # a FeatureTap on this network: each row's features of its latest call
+        self.features: dict[int, torch.Tensor] = {}
+        self.calls = self.rows = 0  # forward passes and the token rows they evaluated, padding included
+
+    def run(self, calls: list[Call]) -> list[torch.Tensor]:
+        """One forward over the rows of `calls`, padded to the longest: (R, Q) ids and
+        positions, an additive mask (R, 1, Q, L + Q) over each row's valid slots and its own
+        new rows. Returns each row's logits (q_r, V)."""
+        requests: list[Rows] = [c.request for c in calls]
+        rows = [c.row for c in calls]
+        if self.own_attention:  # the model's own attention cannot take padding: row by row
+            return [self._timed([r], lambda r=r: self.model(input_ids=r.ids.view(1, -1).to(self.device))
+                                .logits, 1, r.ids.shape[0])[0] for r in requests]
+        width = max(r.ids.shape[0] for r in requests)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        positions = torch.zeros(len(rows), width, dtype=torch.long)
+        among = torch.eye(width, dtype=torch.bool).repeat(len(rows), 1, 1)  # padding rows see themselves
+        kept = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, r in enumerate(requests):
+            q = r.ids.shape[0]
+            ids[i, :q], positions[i, :q] = r.ids.cpu(), r.positions.cpu()
+            among[i, :q, :q] = r.visible
+            kept[i, :r.keep] = True
+        if self.prefix_cache:
+            cache, valid = self.slots.view(rows)
+        else:
+            cache, valid = None, torch.zeros(len(rows), 0, dtype=torch.bool)
+        allowed = torch.cat([valid[:, None, :].expand(-1, width, -1), among], dim=2)
+        mask = None if allowed.all() and width == 1 else additive(allowed, self.dtype).to(self.device)
+        inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                      attention_mask=mask)
+        if cache is not None:
+            inputs.update(cache=cache, use_cache=True)
+        logits = self._timed(requests, lambda: self.model(**inputs).logits, len(rows), width)
+        if cache is not None:
+            self.slots.commit(rows, cache, kept)
+        if self.tap is not None:
+            features = self.tap.features
+            for i, r in enumerate(requests):
+                self.features[rows[i]] = features[i, :r.ids.shape[0]]
+        return [logits[i, :r.ids.shape[0]] for i, r in enumerate(requests)]
+
+    def _timed(self, requests: list[Rows], forward, rows: int, width: int) -> torch.Tensor:
+        """Run `forward` over (rows, width) padded rows, counting it on each row's meter
+        (its own rows, the call's time)."""
+        began = requests[0].meter.start(self.device)
+        out = forward()
+        interval = requests[0].meter.mark(self.device, began)
+        for r in requests:
+            r.meter.add(interval, r.ids.shape[0])
+        self.calls += 1
+        self.rows += rows * width
+        return out
+
+    def release(self, row: int) -> None:
+        self.slots.release(row)
+
+
+class CachedModel:
+    """One row's view of a `Network`; `length` tokens of the row are cached. Built from a
+    model alone, it is the only row of its own batch."""
+
+    def __init__(self, model: PreTrainedModel, meter: Meter, prefix_cache: bool = True,
+                 own_attention: bool = False, *, network: Network | None = None, row: int = 0):
+        self.network = network or Network(model, Batch(1), prefix_cache, own_attention)
+        self.model, self.meter, self.row = model, meter, row
+        self.prefix_cache = self.network.prefix_cache
+        self.history: list[int] = []  # the verified tokens seen, when nothing is cached
+        self.device = self.network.device
+        self.dtype = self.network.dtype
+
+    @property
+    def length(self) -> int:
+        return self.network.slots.length(self.row)
+
+    @property
+    def features(self) -> torch.Tensor:
+        """The tapped features (q, F) of this row's latest call."""
+        return self.network.features[self.row]
 
     def call(self, ids: list[int] | torch.Tensor, visible: torch.Tensor | None, positions: torch.Tensor,
-             keep: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+             keep: int) -> torch.Tensor:
         """Evaluate rows `ids` at `positions` (visible: (q, q) bool among rows, None =
-        causal; or a ready additive `mask` (1, 1, q, cached + q)); every row sees the whole
-        cache. Keeps the first `keep` rows in the cache. Returns logits (q, V)."""
-        ids = torch.as_tensor(ids, device=self.device).view(1, -1)
-        q = ids.shape[1]
-        if mask is None and visible is not None:
-            mask = additive(rows_after_cache(self.length, visible)[None], self.dtype).to(self.device)
-        elif mask is None and q > 1:  # a single row attends to the whole cache: no mask needed
-            mask = self._causal_mask(self.length, q)
-        began = self.meter.start(self.device)
-        if self.prefix_cache:
-            logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
-                                attention_mask=mask, cache=self.cache, use_cache=True).logits[0]
-        elif self.own_attention:  # bidirectional over positions 0.. by the model's own code
-            logits = self.model(input_ids=ids).logits[0]
-        else:
-            logits = self.model(input_ids=ids, position_ids=positions.view(1, -1).to(self.device),
-                                attention_mask=mask).logits[0]
-        self.meter.stop(self.device, began)
-        self.meter.nfe += 1
-        self.meter.rows += q
-        if keep < q:
-            self.cache.crop(keep - q)
-        self.length += keep
-        return logits
-
-    def _causal_mask(self, past: int, q: int) -> torch.Tensor:
-        """Additive mask (1, 1, q, past + q) of causal rows after the cache: a view into one
-        cached lower-triangular matrix, regrown when a call needs more positions."""
-        total = past + q
-        if self._causal is None or self._causal.shape[-1] < total:
-            size = max(total, 2 * (0 if self._causal is None else self._causal.shape[-1]), 256)
-            self._causal = additive(causal(size)[None], self.dtype).to(self.device)
-        return self._causal[:, :, past:total, :total]
+        causal); every row sees the whole cache. Keeps the first `keep` rows in the cache.
+        Returns logits (q, V)."""
+        ids = torch.as_tensor(ids).view(-1)
+        q = ids.shape[0]
+        visible = causal(q) if visible is None else visible.cpu()
+        request = Rows(ids, torch.as_tensor(positions).view(-1), visible, keep if self.prefix_cache else 0,
+                       self.meter)
+        return self.network.batch.call(self.network, self.row, request)
 
     def causal(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """Causal rows appended to the cache: logits (q, V), row i predicting token i + 1."""
@@ -147,14 +225,13 @@ class CachedModel:
             visible = torch.ones(n + w + 1, n + w + 1, dtype=torch.bool)
             return self.call(ids, visible, torch.arange(n + w + 1), keep=0)[n:]
         n, q = len(pending), len(pending) + 1 + canvas.shape[0]
-        mask = self._causal_mask(self.length, q).clone()  # pending rows causal, then
-        mask[..., n:, self.length + n:] = 0  # block rows see each other
-        ids = torch.cat([torch.tensor(pending + [last], device=self.device), canvas])
-        logits = self.call(ids, None, torch.arange(self.length, self.length + q), keep=n, mask=mask)
-        return logits[n:]
+        visible = causal(q)
+        visible[n:, n:] = True  # block rows see each other
+        ids = torch.cat([torch.tensor(pending + [last], dtype=torch.long), canvas.cpu()])
+        return self.call(ids, visible, torch.arange(self.length, self.length + q), keep=n)[n:]
 
     def crop(self, n: int) -> None:
         """Drop the last n cached tokens (rejected draft rows)."""
         if n > 0:
-            self.cache.crop(-n)
-            self.length -= n
+            with self.network.batch.lock:
+                self.network.slots.crop(self.row, n)

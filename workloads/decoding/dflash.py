@@ -17,13 +17,18 @@ for other drafters. A mask row predicts its own position (not shifted).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from workloads.decoding.acceptance import draw
+from workloads.decoding.batch import Batch, Call
 from workloads.decoding.calls import Meter
 from workloads.decoding.drafting import Draft, DraftSettings, slot_logits
 from workloads.decoding.sampling import point_mass
+from workloads.decoding.slots import SlotCache
+from workloads.models.masks import additive
 
 
 def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
@@ -62,20 +67,92 @@ class FeatureTap:
             hook.remove()
 
 
-class DFlashDrafter:
-    """A DFlash drafter over a verifier, with its cache of context features. `add(features)`
-    queues the features of newly verified tokens; the next `block` call caches them."""
+@dataclass
+class Block:
+    """What one row asks of a DFlash drafter: context `features` (n, F) of newly verified
+    tokens (cached afterwards) and the block `ids` (q,) = [last, canvas], from position `start`."""
 
-    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, meter: Meter):
-        self.model, self.meter = drafter, meter
+    features: torch.Tensor
+    ids: torch.Tensor
+    start: int
+    meter: Meter
+
+
+class DFlashNetwork:
+    """A DFlash drafter serving the rows of one batch: the verifier's embeddings and LM head,
+    and the rows' cached context slots."""
+
+    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, batch: Batch):
+        self.model, self.batch = drafter, batch
         self.embed = verifier.get_input_embeddings()
         self.head = getattr(verifier, "lm_head", None) or verifier.get_output_embeddings()
         self.scale = float(_setting(drafter.config, "input_embedding_scale", 1.0))
-        self.cache = DynamicCache()
-        self.length = 0  # verified tokens whose features are cached
-        self.pending: list[torch.Tensor] = []
+        self.slots = SlotCache(batch.size)
         self.device = verifier.device
         self.dtype = drafter.dtype
+        self.width = len(drafter.target_layer_ids) * drafter.config.hidden_size
+        self.calls = self.rows = 0  # forward passes and the token rows they evaluated, padding included
+
+    def run(self, calls: list[Call]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward over the rows of `calls`: context (R, N, F) and block rows (R, Q, E),
+        padded; the block rows of a row see its valid slots, its own context and its own
+        block. Returns each row's (logits (q, V), block states (q, H))."""
+        requests: list[Block] = [c.request for c in calls]
+        rows = [c.row for c in calls]
+        n = max(r.features.shape[0] for r in requests)
+        width = max(r.ids.shape[0] for r in requests)
+        context = torch.zeros(len(rows), n, self.width, device=self.device, dtype=self.dtype)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        positions = torch.zeros(len(rows), n + width, dtype=torch.long)
+        among = torch.zeros(len(rows), width, n + width, dtype=torch.bool)
+        among[:, :, n:] = torch.eye(width, dtype=torch.bool)  # padding rows see themselves
+        kept = torch.zeros(len(rows), n + width, dtype=torch.bool)
+        for i, r in enumerate(requests):
+            c, q = r.features.shape[0], r.ids.shape[0]
+            context[i, :c] = r.features.to(self.dtype)
+            ids[i, :q] = r.ids.cpu()
+            positions[i, :c] = torch.arange(r.start, r.start + c)
+            positions[i, n:n + q] = torch.arange(r.start + c, r.start + c + q)
+            among[i, :q, :c] = True
+            among[i, :q, n:n + q] = True
+            kept[i, :c] = True
+        cache, valid = self.slots.view(rows)
+        allowed = torch.cat([valid[:, None, :].expand(-1, width, -1), among], dim=2)
+        ids = ids.to(self.device)
+        began = requests[0].meter.start(self.device)
+        noise = (self.embed(ids) * self.scale).to(self.dtype)
+        hidden = self.model(target_hidden=context, noise_embedding=noise,
+                            position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
+                            attention_mask=additive(allowed, self.dtype).to(self.device))
+        logits = self.model.compute_logits(hidden, self.head)
+        interval = requests[0].meter.mark(self.device, began)
+        for r in requests:
+            r.meter.add(interval, r.ids.shape[0])
+        self.calls += 1
+        self.rows += len(rows) * width
+        self.slots.commit(rows, cache, kept)
+        return [(logits[i, :r.ids.shape[0]], hidden[i, :r.ids.shape[0]]) for i, r in enumerate(requests)]
+
+    def release(self, row: int) -> None:
+        self.slots.release(row)
+
+
+class DFlashDrafter:
+    """One row's view of a `DFlashNetwork`. `add(features)` queues the features of newly
+    verified tokens; the next `block` call caches them. Built from the models alone, it is
+    the only row of its own batch."""
+
+    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, meter: Meter, *,
+                 network: DFlashNetwork | None = None, row: int = 0):
+        self.network = network or DFlashNetwork(drafter, verifier, Batch(1))
+        self.model, self.meter, self.row = drafter, meter, row
+        self.pending: list[torch.Tensor] = []
+        self.device = self.network.device
+        self.dtype = self.network.dtype
+
+    @property
+    def length(self) -> int:  # verified tokens whose features are cached
+        return self.network.slots.length(self.row)
 
     def add(self, features: torch.Tensor) -> None:
         self.pending.append(features)
@@ -84,29 +161,15 @@ class DFlashDrafter:
         """One drafting call over the queued context features (one per id in `pending`,
         cached afterwards) and the block [last, canvas]; returns the block rows' logits
         (W + 1, V), dropping the block from the cache."""
-        context = torch.cat(self.pending) if self.pending else torch.zeros(0, self._width(),
+        context = torch.cat(self.pending) if self.pending else torch.zeros(0, self.network.width,
                                                                            device=self.device)
         if context.shape[0] != len(pending):
             raise RuntimeError(f"dflash: {context.shape[0]} context features for {len(pending)} tokens")
-        ids = torch.cat([torch.tensor([last], device=self.device), canvas.to(self.device)])
-        n, q = context.shape[0], ids.shape[0]
-        positions = torch.arange(self.length, self.length + n + q, device=self.device)[None]
-        began = self.meter.start(self.device)
-        hidden = self.model(target_hidden=context[None].to(self.dtype),
-                            noise_embedding=(self.embed(ids) * self.scale)[None].to(self.dtype),
-                            position_ids=positions, past_key_values=self.cache, use_cache=True)[0]
-        logits = self.model.compute_logits(hidden, self.head)
-        self.hidden = hidden  # the block rows' states, for DFlash 2's candidate chain
-        self.meter.stop(self.device, began)
-        self.meter.nfe += 1
-        self.meter.rows += q
-        self.cache.crop(-q)  # the block's rows; the context features stay
-        self.length += n
+        ids = torch.cat([torch.tensor([last]), canvas.cpu()])
+        logits, self.hidden = self.network.batch.call(self.network, self.row,
+                                                      Block(context, ids, self.length, self.meter))
         self.pending = []
-        return logits
-
-    def _width(self) -> int:
-        return len(self.model.target_layer_ids) * self.model.config.hidden_size
+        return logits  # self.hidden: the block rows' states, for DFlash 2's candidate chain
 
 
 def chain_draft(drafter: DFlashDrafter, pending: list[int], last: int, width: int, settings: DraftSettings,

@@ -1,4 +1,5 @@
-"""`decode(pair, prompt, config)`: one prompt through one schedule, with its measurements.
+"""`decode_batch(pair, prompts, config)`: prompts decoded together through one schedule, with
+each row's measurements; `decode(pair, prompt, config)` is the batch of one.
 
 Schedules (DESIGN.md):
 
@@ -27,9 +28,10 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.decoding.anyorder import anyorder_packed
-from workloads.decoding.calls import CachedModel, Meter, side_stream, sync
+from workloads.decoding.batch import Batch, run_rows
+from workloads.decoding.calls import CachedModel, Meter, Network, side_stream, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
-from workloads.decoding.dflash import DFlashDrafter, FeatureTap, chain_draft, is_dflash2
+from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, chain_draft, is_dflash2
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft
 from workloads.decoding.kinds import check_kind, draft_width
 from workloads.decoding.output import Output
@@ -120,14 +122,14 @@ def _diffusion(state: DecodeState, drafter: CachedModel, prompt: list[int], sett
 
 def _speculative(state: DecodeState, drafter: CachedModel | DFlashDrafter, verifier: CachedModel,
                  prompt: list[int], settings: DraftSettings, packed: bool, block: int,
-                 tap: FeatureTap | None = None, drafting=diffusion_draft) -> None:
-    """Two-model linear or packed; `block` tokens drafted per iteration. With a `tap`, the
+                 tapped: bool = False, drafting=diffusion_draft) -> None:
+    """Two-model linear or packed; `block` tokens drafted per iteration. When `tapped`, the
     drafter is a DFlashDrafter fed the verifier's features of every verified row (and a
     DFlash 2 drafter drafts with `chain_draft`)."""
 
     def verified(rows: int) -> None:  # a DFlash drafter's context: the verifier's rows now verified
-        if tap is not None:
-            drafter.add(tap.features[0, :rows])
+        if tapped:
+            drafter.add(verifier.features[:rows])
 
     last = state.sample(verifier.causal(prompt)[-1])
     verified(len(prompt))
@@ -160,52 +162,109 @@ def _speculative(state: DecodeState, drafter: CachedModel | DFlashDrafter, verif
             draft = Draft(fresh.tokens[keep:], fresh.q[keep:], fresh.steps)
 
 
-@torch.inference_mode()
-def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
-    """Decode `prompt` with `pair` under `config`; timing excludes tokenization."""
-    check_pair(pair, config)
-    tok = pair.tokenizer
-    ids = tok(prompt).input_ids
-    if not ids:
-        raise ConfigError("prompt: empty after tokenization")
-    drafter_model, verifier_model = networks(pair)
-    device = verifier_model.device
-    generator = torch.Generator(device=device).manual_seed(config.seed)
-    meter = Meter()
-    state = DecodeState(config, Output(tok, config.max_new_tokens, config.stop), generator, meter)
+@dataclass
+class BatchResult:
+    """One batch: each row's result (`wall_s` its completion time from the batch's start),
+    the batch's wall time, its forward passes and the token rows they evaluated (padding
+    included)."""
+
+    results: list[DecodeResult]
+    wall_s: float
+    nfe: int
+    rows: int
+
+
+def _row_program(pair: Pair, config: DecodeConfig, state: DecodeState, ids: list[int], row: int,
+                 nets: dict):
+    """The schedule loop of one row, over that row's views of the batch's networks."""
     settings = draft_settings(pair, config)
+    verifier = CachedModel(nets["verifier"].model, state.meter, network=nets["verifier"], row=row)
+    if config.schedule == "ar":
+        return lambda: _ar(state, verifier, ids)
+    if isinstance(pair, SelfPair) and config.verify_order != "ltr":
+        return lambda: anyorder_packed(state, verifier, ids, settings)
+    if isinstance(pair, SelfPair):
+        return lambda: self_speculative(state, verifier, ids, settings)
+    drafter_net = nets["drafter"]
+    if isinstance(pair, DFlashPair):
+        drafter = DFlashDrafter(pair.drafter, pair.verifier, state.meter, network=drafter_net, row=row)
+        return lambda: _speculative(state, drafter, verifier, ids, settings, config.schedule == "packed",
+                                    draft_width("dflash", config.block), True,
+                                    chain_draft if is_dflash2(pair.drafter) else diffusion_draft)
+    drafter = CachedModel(drafter_net.model, state.meter, network=drafter_net, row=row)
+    if config.schedule == "diffusion":
+        return lambda: _diffusion(state, drafter, ids, settings)
+    return lambda: _speculative(state, drafter, verifier, ids, settings, config.schedule == "packed",
+                                config.block)
 
-    def drafter() -> CachedModel:
-        return CachedModel(drafter_model, meter, pair.profile.prefix_cache, pair.profile.own_attention)
 
+def _networks(pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
+    """The networks the rows of `batch` share under `config`, by role."""
+    drafter_model, verifier_model = networks(pair)
+    nets = {"verifier": Network(verifier_model, batch)}
+    if isinstance(pair, SelfPair) or config.schedule == "ar":
+        return nets
+    if isinstance(pair, DFlashPair):
+        nets["drafter"] = DFlashNetwork(pair.drafter, verifier_model, batch)
+        nets["verifier"].tap = FeatureTap(verifier_model, pair.drafter.target_layer_ids)
+    else:
+        nets["drafter"] = Network(drafter_model, batch, pair.profile.prefix_cache, pair.profile.own_attention)
+    return nets
+
+
+@torch.inference_mode()
+def decode_batch(pair: Pair, prompts: list[str], config: DecodeConfig,
+                 seeds: list[int] | None = None) -> BatchResult:
+    """Decode `prompts` together with `pair` under `config`, row i sampling from its own
+    generator seeded `seeds[i]` (default: config.seed); timing excludes tokenization."""
+    check_pair(pair, config)
+    if len(prompts) > 1 and isinstance(pair, SelfPair) and config.verify_order != "ltr":
+        raise ConfigError("batch_size: verify_order: confidence (any-order Packed-SS) decodes one prompt at "
+                          "a time")
+    tok = pair.tokenizer
+    encoded = [tok(p).input_ids for p in prompts]
+    if not all(encoded):
+        raise ConfigError("prompt: empty after tokenization")
+    seeds = seeds or [config.seed] * len(prompts)
+    device = networks(pair)[1].device
+    batch = Batch(len(prompts))
+    nets = _networks(pair, config, batch)
+    states = [DecodeState(config, Output(tok, config.max_new_tokens, config.stop),
+                          torch.Generator(device=device).manual_seed(seed), Meter()) for seed in seeds]
+    finished = [0.0] * len(prompts)
+
+    def row(i: int):
+        program = _row_program(pair, config, states[i], encoded[i], i, nets)
+
+        def run() -> None:
+            program()  # its last tokens were read on the host: the row is complete
+            finished[i] = time.perf_counter() - start
+        return run
+
+    programs = [row(i) for i in range(len(prompts))]
     sync(device)
     start = time.perf_counter()
-    if config.schedule == "ar":
-        _ar(state, CachedModel(verifier_model, meter), ids)
-    elif config.schedule == "diffusion":
-        _diffusion(state, drafter(), ids, settings)
-    elif isinstance(pair, SelfPair) and config.verify_order != "ltr":
-        anyorder_packed(state, CachedModel(pair.model, meter), ids, settings)
-    elif isinstance(pair, SelfPair):
-        self_speculative(state, CachedModel(pair.model, meter), ids, settings)
-    elif isinstance(pair, DFlashPair):
-        tap = FeatureTap(verifier_model, pair.drafter.target_layer_ids)
-        try:
-            _speculative(state, DFlashDrafter(pair.drafter, verifier_model, meter),
-                         CachedModel(verifier_model, meter), ids, settings, config.schedule == "packed",
-                         draft_width("dflash", config.block), tap,
-                         chain_draft if is_dflash2(pair.drafter) else diffusion_draft)
-        finally:
-            tap.close()
-    else:
-        _speculative(state, drafter(), CachedModel(verifier_model, meter), ids, settings,
-                     config.schedule == "packed", config.block)
+    try:
+        run_rows(batch, programs, list(nets.values()))
+    finally:
+        if getattr(nets["verifier"], "tap", None) is not None:
+            nets["verifier"].tap.close()
     sync(device)
     wall = time.perf_counter() - start
-    model_s = meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync
+    return BatchResult([_result(s, config, finished[i]) for i, s in enumerate(states)], wall,
+                       sum(n.calls for n in nets.values()), sum(n.rows for n in nets.values()))
+
+
+def _result(state: DecodeState, config: DecodeConfig, wall: float) -> DecodeResult:
+    model_s = state.meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync
     return DecodeResult(
         text=state.out.text(), token_ids=list(state.out.ids), new_tokens=len(state.out.ids), wall_s=wall,
-        model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=meter.nfe, rows=meter.rows,
+        model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=state.meter.nfe, rows=state.meter.rows,
         iterations=state.iterations, accepted=state.accepted, drafted=state.drafted, exact=is_exact(config),
         stop_reason=state.out.stop_reason or "length", accept_lengths=state.accept_lengths,
     )
+
+
+def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:
+    """Decode `prompt` with `pair` under `config`: the batch of one."""
+    return decode_batch(pair, [prompt], config).results[0]

@@ -160,7 +160,7 @@ def test_cache_holds_the_verified_prefix_only(uncertain_self, schedule):
     assert state.accepted < state.drafted
     n = len(prefix)
     assert cached.length == n if state.out.stop_reason == "length" else n <= cached.length < n + 4
-    for ours, theirs in zip(cached.cache.layers, fresh.cache.layers):
+    for ours, theirs in zip(cached.network.slots.cache.layers, fresh.network.slots.cache.layers):
         assert ours.keys.shape[-2] == cached.length
         assert torch.allclose(ours.keys[..., :n, :], theirs.keys, atol=1e-5)
         assert torch.allclose(ours.values[..., :n, :], theirs.values, atol=1e-5)

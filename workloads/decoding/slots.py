@@ -1,0 +1,131 @@
+"""The KV slots of a batch of rows in one cache.
+
+One `DynamicCache` holds every row of the batch, shape (rows, heads, L, dim) per layer,
+and `valid` (rows, L) says which slots each row's later calls see. A call appends the same
+number of slots S to every row it covers; a row keeps the first `keep` of its own and the
+rest (padding to S, rows it drops such as drafting canvases, rejected drafts cropped later)
+are masked out. Slot order never matters: every call passes explicit positions and an
+additive mask, so a row's attention is a softmax over the set of its valid slots.
+
+Masked slots cost attention work, so they are reclaimed: slots invalid for every row are
+trimmed from the end (a view, no copy: with one row this is exactly `DynamicCache.crop`),
+and when more than `slack` of the cache is masked the valid slots of each row are gathered
+to the front (one copy of the cache).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+SLACK = 0.5  # masked share of the cache that triggers compaction (`specsweep bench batch` measures it)
+
+
+class SlotCache:
+    """KV slots of the rows of one batch on one network; `rows` are the batch rows held,
+    in the order of the cache's first dimension."""
+
+    def __init__(self, rows: int, slack: float = SLACK):
+        self.cache = DynamicCache()
+        self.rows = list(range(rows))
+        self.valid = torch.zeros(rows, 0, dtype=torch.bool)  # on the host: building masks never syncs
+        self.lengths = [0] * rows  # valid slots per row, by batch row
+        self.slack = slack
+
+    def length(self, row: int) -> int:
+        return self.lengths[row]
+
+    def view(self, rows: list[int]) -> tuple[DynamicCache, torch.Tensor]:
+        """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
+        if rows == self.rows or not self.cache.layers:
+            return self.cache if rows == self.rows else DynamicCache(), self.valid[self._index(rows)]
+        index = self._index(rows)
+        sub = DynamicCache()
+        device_index = index.to(self.cache.layers[0].keys.device)
+        for i, layer in enumerate(self.cache.layers):
+            sub.update(layer.keys[device_index], layer.values[device_index], i)
+        return sub, self.valid[index]
+
+    def commit(self, rows: list[int], cache: DynamicCache, kept: torch.Tensor) -> None:
+        """Record a call over `rows` that appended S slots to `cache` (from `view`); kept
+        (len(rows), S) bool: the new slots each row keeps."""
+        if cache is not self.cache:
+            self._merge(rows, cache, kept.shape[1])
+        new = torch.zeros(len(self.rows), kept.shape[1], dtype=torch.bool)
+        new[self._index(rows)] = kept
+        self.valid = torch.cat([self.valid, new], dim=1)
+        for row, count in zip(rows, kept.sum(1).tolist()):
+            self.lengths[row] += count
+        self._tidy()
+
+    def crop(self, row: int, n: int) -> None:
+        """Mask out the last n valid slots of `row` (rejected drafts)."""
+        if n <= 0:
+            return
+        i = self.rows.index(row)
+        slots = self.valid[i].nonzero().view(-1)[-n:]
+        self.valid[i, slots] = False
+        self.lengths[row] -= n
+        self._tidy()
+
+    def release(self, row: int) -> None:
+        """Drop `row` from the cache: it has left the batch."""
+        if row not in self.rows:
+            return
+        keep = [r for r in self.rows if r != row]
+        index = self._index(keep)
+        if self.cache.layers:
+            device_index = index.to(self.cache.layers[0].keys.device)
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[device_index], layer.values[device_index]
+        self.valid, self.rows = self.valid[index], keep
+        self._tidy()
+
+    def _index(self, rows: list[int]) -> torch.Tensor:
+        return torch.tensor([self.rows.index(r) for r in rows], dtype=torch.long)
+
+    def _merge(self, rows: list[int], sub: DynamicCache, s: int) -> None:
+        """Write the S new slots of a call over some rows into the whole cache."""
+        index = self._index(rows)
+        if not self.cache.layers:  # the first call: the other rows' slots are padding
+            for i, layer in enumerate(sub.layers):
+                keys = layer.keys.new_zeros((len(self.rows),) + layer.keys.shape[1:])
+                values = layer.values.new_zeros((len(self.rows),) + layer.values.shape[1:])
+                self.cache.update(keys, values, i)
+        device_index = index.to(self.cache.layers[0].keys.device)
+        for layer, new in zip(self.cache.layers, sub.layers):
+            for name in ("keys", "values"):
+                whole, part = getattr(layer, name), getattr(new, name)
+                if whole.shape[2] < part.shape[2]:
+                    grow = part.shape[2] - whole.shape[2]
+                    whole = torch.cat([whole, whole.new_zeros(whole.shape[:2] + (grow,) + whole.shape[3:])],
+                                      dim=2)
+                whole[device_index, :, -s:] = part[:, :, -s:]
+                setattr(layer, name, whole)
+
+    def _tidy(self) -> None:
+        """Trim slots no row sees from the end; compact when too much is masked."""
+        seen = self.valid.any(0).nonzero()
+        end = int(seen.max()) + 1 if seen.numel() else 0
+        if end < self.valid.shape[1]:
+            self._slice(torch.arange(end))
+        if self.valid.numel() and 1 - self.valid.float().mean().item() > self.slack:
+            self._compact()
+
+    def _slice(self, columns: torch.Tensor) -> None:
+        end = columns.numel()
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+        self.valid = self.valid[:, :end]
+
+    def _compact(self) -> None:
+        """Gather each row's valid slots to the front, in order."""
+        counts = self.valid.sum(1)
+        width = int(counts.max())
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :width]
+        for layer in self.cache.layers:
+            index = order.to(layer.keys.device)[:, None, :, None]
+            layer.keys = layer.keys.gather(2, index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+            layer.values = layer.values.gather(
+                2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+        self.valid = torch.arange(width)[None] < counts[:, None]
