@@ -60,19 +60,20 @@ class LawLM(StubModule):
     """A causal LM stub whose rows follow the AR law or the drafting law of their context."""
 
     def forward(self, input_ids, position_ids, attention_mask=None, cache=None, use_cache=True):
-        ids, positions = input_ids[0], position_ids[0]
-        q = ids.shape[0]
-        rows = torch.stack([ids, positions], -1).float().view(1, 1, q, 2)
-        keys, _ = cache.update(rows, rows, 0)  # (1, 1, past + q, 2): every row the cache holds
-        seen_ids, seen_positions = keys[0, 0, :, 0].long().tolist(), keys[0, 0, :, 1].long().tolist()
-        visible = ([[True] * len(seen_ids)] * q if attention_mask is None
-                   else (attention_mask[0, 0] == 0).tolist())  # (q, past + q)
+        batch, q = input_ids.shape
+        rows = torch.stack([input_ids, position_ids], -1).float().view(batch, 1, q, 2)
+        keys, _ = cache.update(rows, rows, 0)  # (batch, 1, past + q, 2): every slot the cache holds
         prob_b = []
-        for r in range(q):
-            context = [t for _, t in sorted((position, token) for position, token, seen
-                                            in zip(seen_positions, seen_ids, visible[r]) if seen)]
-            prob_b.append(draft_b(context, int(ids[r])) if MASK in context else ar_b(context))
-        return SimpleNamespace(logits=two_point(prob_b)[None])
+        for b in range(batch):  # each row of a batch sees only what its own mask lets it see
+            ids = input_ids[b]
+            seen_ids, seen_positions = keys[b, 0, :, 0].long().tolist(), keys[b, 0, :, 1].long().tolist()
+            visible = ([[True] * len(seen_ids)] * q if attention_mask is None
+                       else (attention_mask[b, 0] == 0).tolist())  # (q, past + q)
+            for r in range(q):
+                context = [t for _, t in sorted((position, token) for position, token, seen
+                                                in zip(seen_positions, seen_ids, visible[r]) if seen)]
+                prob_b.append(draft_b(context, int(ids[r])) if MASK in context else ar_b(context))
+        return SimpleNamespace(logits=two_point(prob_b).view(batch, q, V))
 
 
 def law_pair() -> TwoModelPair:

@@ -73,7 +73,8 @@ def test_caches_hold_the_verified_prefix_only(uncertain_pair, schedule, steps):
             fresh = CachedModel(model, Meter())
             with torch.inference_mode():
                 fresh.causal(verified[:kept])
-            for ours, theirs in zip(cached.network.slots.cache.layers, fresh.network.slots.cache.layers, strict=True):
+            layers = cached.network.slots.cache.layers, fresh.network.slots.cache.layers
+            for ours, theirs in zip(*layers, strict=True):
                 assert ours.keys.shape[-2] == cached.length
                 assert torch.allclose(ours.keys[..., :kept, :], theirs.keys, atol=1e-5)
                 assert torch.allclose(ours.values[..., :kept, :], theirs.values, atol=1e-5)
