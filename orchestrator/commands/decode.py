@@ -47,6 +47,7 @@ def decode(
     prompts: Path = typer.Option(None, help="Text file (a prompt a line) or JSONL with 'prompt'.", **OPT),
     config: Path = typer.Option(None, help="Config YAML (settings, or an export); flags override.", **OPT),
     num_samples: int = typer.Option(1, min=1, help="Samples per prompt, seeds seed..seed+N-1."),
+    batch_size: int = typer.Option(1, min=1, help="Decode N prompts together (in file order).", **OPT),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per decode."),
     schedule: str = typer.Option(None, help="ar | diffusion | linear | packed | quadratic", **OPT),
     block: int = typer.Option(None, help="B: tokens drafted (dual-mode, DFlash: B-1 drafted).", **OPT),
@@ -70,7 +71,7 @@ def decode(
     import yaml
 
     from workloads.decoding import DecodeConfig
-    from workloads.decoding import decode as run_decode
+    from workloads.decoding import decode_batch
     from workloads.decoding.kinds import check_kind
     from workloads.models import load_pair
     from workloads.models.pair import pair_kind
@@ -94,14 +95,18 @@ def decode(
     texts = [prompt] if prompt is not None else read_prompts(prompts)
     check_kind(pair_kind(pair), cfg)  # before any weights load (and print their progress bars)
     loaded = load_pair(pair)
-    for text in texts:
-        for sample in range(num_samples):
-            one = dataclasses.replace(cfg, seed=cfg.seed + sample)
-            result = run_decode(loaded, text, one)
+    rows = [(text, cfg.seed + sample) for text in texts for sample in range(num_samples)]
+    for index, start in enumerate(range(0, len(rows), batch_size)):
+        batch = rows[start:start + batch_size]
+        done = decode_batch(loaded, [text for text, _ in batch], cfg, seeds=[seed for _, seed in batch])
+        for (text, seed), result in zip(batch, done.results):
             if as_json:
-                typer.echo(json.dumps({"prompt": text, "seed": one.seed, **result.to_dict()}))
+                typer.echo(json.dumps({"prompt": text, "seed": seed, **result.to_dict(), "batch_index": index,
+                                       "batch_wall_s": done.wall_s}))
             else:
                 typer.echo(f"{text}{result.text}")
                 typer.echo(f"  [{result.new_tokens} tokens, {result.wall_s * 1000:.1f} ms, nfe {result.nfe}, "
                            f"accepted {result.accepted}/{result.drafted}, exact {result.exact}, "
                            f"stop {result.stop_reason}]")
+        if not as_json and batch_size > 1:
+            typer.echo(f"[batch {index}: {len(batch)} rows, {done.wall_s * 1000:.1f} ms, nfe {done.nfe}]")
