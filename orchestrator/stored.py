@@ -1,11 +1,12 @@
 """The names of what a sweep stores on its Optuna study, read back by status, frontier and
 export: one place, so a writer and its readers cannot drift apart.
 
-Study attributes: `baseline:<pair>:<kind>` (below), `parent_run` and `tracking_uri` (where
-its MLflow runs are), `hardware` (one entry per kind of worker). Trial attributes: `pair`,
-`config` (DecodeConfig.to_dict()), `exact`, `metrics`, `constraints` (<= 0 feasible),
-`control` (the ar controls' speed), and for trials that did not finish `error`,
-`interrupted` (asked again on resume) or `duplicate` (pruned, another point asked instead).
+Study attributes: `baseline:<pair>:<kind>` (below; `<kind>@<b>` at batch size b > 1),
+`parent_run` and `tracking_uri` (where its MLflow runs are), `hardware` (one entry per kind
+of worker). Trial attributes: `pair`, `config` (DecodeConfig.to_dict()), `batch_size`
+(absent: 1), `exact`, `metrics`, `constraints` (<= 0 feasible), `control` (the ar
+controls' speed), and for trials that did not finish `error`, `interrupted` (asked again on
+resume) or `duplicate` (pruned, another point asked instead).
 """
 
 from __future__ import annotations
@@ -13,20 +14,26 @@ from __future__ import annotations
 BASELINE = "baseline:"  # study attribute prefix: baseline:<pair>:<kind> -> that baseline's metrics
 
 
-def baseline_key(pair: str, kind: str) -> str:
-    return f"{BASELINE}{pair}:{kind}"
+def baseline_key(pair: str, kind: str, batch_size: int = 1) -> str:
+    return f"{BASELINE}{pair}:{kind}" + (f"@{batch_size}" if batch_size != 1 else "")
 
 
-def baselines(study) -> dict[tuple[str, str], dict]:
-    """(pair, kind) -> metrics of every baseline the study holds."""
+def baselines(study) -> dict[tuple[str, str, int], dict]:
+    """(pair, kind, batch size) -> metrics of every baseline the study holds."""
     out = {}
     for key, metrics in study.user_attrs.items():
         if key.startswith(BASELINE):
             pair, _, kind = key.removeprefix(BASELINE).rpartition(":")
-            out[pair, kind] = metrics
+            kind, _, size = kind.partition("@")
+            out[pair, kind, int(size or 1)] = metrics
     return out
 
 
-def baseline(study, pair: str, kind: str = "ar") -> dict:
+def baseline(study, pair: str, kind: str = "ar", batch_size: int = 1) -> dict:
     """One baseline's metrics ({} when the sweep has none)."""
-    return study.user_attrs.get(baseline_key(pair, kind), {})
+    return study.user_attrs.get(baseline_key(pair, kind, batch_size), {})
+
+
+def batch_size(trial) -> int:
+    """The batch size a trial decoded at."""
+    return int(trial.user_attrs.get("batch_size", 1))

@@ -116,22 +116,69 @@ def pick(rows: list[dict], how: str) -> list[dict]:
 
 
 def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
-    """For each accuracy floor, the fastest row meeting it (None when no row does): the
-    routing table for serving queries at different quality requirements."""
+    """For each batch size and accuracy floor, the fastest row at that batch size meeting
+    it (None when no row does): the routing table for serving queries at different quality
+    requirements and concurrencies."""
     table = []
-    for floor in floors:
-        ok = [r for r in rows if r["metrics"].get("accuracy", -1.0) >= floor]
-        best = max(ok, key=lambda r: r["metrics"].get("throughput_tps", 0.0)) if ok else None
-        table.append(
-            {
-                "accuracy_floor": floor,
-                "trial": best and best["trial"],
-                "file": best and f"trial{best['trial']}.yaml",
-                "throughput_tps": best and best["metrics"].get("throughput_tps"),
-                "accuracy": best and best["metrics"].get("accuracy"),
-            }
-        )
+    for size in sorted({r.get("batch_size", 1) for r in rows}):
+        for floor in floors:
+            ok = [r for r in rows
+                  if r.get("batch_size", 1) == size and r["metrics"].get("accuracy", -1.0) >= floor]
+            best = max(ok, key=lambda r: r["metrics"].get("throughput_tps", 0.0)) if ok else None
+            table.append(
+                {
+                    "batch_size": size,
+                    "accuracy_floor": floor,
+                    "trial": best and best["trial"],
+                    "file": best and f"trial{best['trial']}.yaml",
+                    "throughput_tps": best and best["metrics"].get("throughput_tps"),
+                    "accuracy": best and best["metrics"].get("accuracy"),
+                }
+            )
     return table
+
+
+def by_batch_size(rows: list[dict], how: str) -> dict[int, dict]:
+    """Batch size -> the row chosen at that batch size by `how` (`all` chooses the fastest,
+    since a serving engine takes one setting per batch size)."""
+    sizes = sorted({r.get("batch_size", 1) for r in rows})
+    rule = "fastest" if how == "all" else how
+    return {size: pick([r for r in rows if r.get("batch_size", 1) == size], rule)[0] for size in sizes}
+
+
+def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
+    """What an export holds of one frontier row: pair, batch size, config, exactness,
+    metrics, provenance, DFlash serving settings and notes."""
+    document = {
+        "pair": pairs[row["pair"]],
+        "batch_size": row.get("batch_size", 1),
+        "config": row["config"],
+        "exact": row["exact"],
+        "tied": row.get("tied", False),
+        "metrics": row["metrics"],
+        "provenance": {
+            "sweep": spec.name,
+            "trial": row["trial"],
+            "mlflow_run_id": row["run_id"],
+            "task": spec.task.model_dump(),
+            "code_version": code_version(),
+            "hardware": study.user_attrs.get("hardware") or [{"cpu": platform.machine()}],
+            "timing": timing["drift"].get(row["pair"] if row.get("batch_size", 1) == 1
+                                          else f"{row['pair']}@{row['batch_size']}", {}),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        },
+    }
+    if spec.pair_kinds.get(row["pair"]) == "dflash":
+        refs = pairs[row["pair"]] if isinstance(pairs[row["pair"]], dict) else BUNDLED[pairs[row["pair"]]]
+        document["serving"] = dflash_serving(refs["drafter"], row["config"])
+    notes = []
+    if not row["exact"]:
+        notes.append("lossy: this configuration does not reproduce the verifier's distribution")
+    if row.get("timing_flagged"):
+        notes.append("timing flagged: its ar controls ran far from the sweep's typical speed")
+    if notes:
+        document["note"] = "; ".join(notes)
+    return document
 
 
 def export_configs(
@@ -143,59 +190,42 @@ def export_configs(
     how: str = "all",
     floors: tuple[float, ...] = FLOORS,
 ) -> list[Path]:
-    """Write the chosen frontier configs, routes.yaml and the sweep's plots into `out`."""
+    """Write the chosen frontier configs (chosen per batch size), routes.yaml,
+    by_batch_size.yaml and the sweep's plots into `out`."""
     from orchestrator.analysis.plots import sweep_plots
 
     parsed = parse_where(where) if where else None
     pairs = {p.name: p.load_spec() for p in spec.pairs}
-    kinds = spec.pair_kinds
     kept = [
         r
         for r in rows
-        if not parsed or _keep(r, parsed, baseline(study, r["pair"]))
+        if not parsed or _keep(r, parsed, baseline(study, r["pair"], "ar", r.get("batch_size", 1)))
     ]
-    chosen = pick(kept, how)
+    if how not in PICKS:
+        raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
+    sizes = sorted({r.get("batch_size", 1) for r in kept})
+    chosen = [r for size in sizes for r in pick([r for r in kept if r.get("batch_size", 1) == size], how)]
     if not chosen:
         return []
     timing = timing_report(study)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for row in chosen:
-        document = {
-            "pair": pairs[row["pair"]],
-            "config": row["config"],
-            "exact": row["exact"],
-            "tied": row.get("tied", False),
-            "metrics": row["metrics"],
-            "provenance": {
-                "sweep": spec.name,
-                "trial": row["trial"],
-                "mlflow_run_id": row["run_id"],
-                "task": spec.task.model_dump(),
-                "code_version": code_version(),
-                "hardware": study.user_attrs.get("hardware") or [{"cpu": platform.machine()}],
-                "timing": timing["drift"].get(row["pair"], {}),
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            },
-        }
-        if kinds.get(row["pair"]) == "dflash":
-            refs = pairs[row["pair"]] if isinstance(pairs[row["pair"]], dict) else BUNDLED[pairs[row["pair"]]]
-            document["serving"] = dflash_serving(refs["drafter"], row["config"])
-        notes = []
-        if not row["exact"]:
-            notes.append("lossy: this configuration does not reproduce the verifier's distribution")
-        if row.get("timing_flagged"):
-            notes.append("timing flagged: its ar controls ran far from the sweep's typical speed")
-        if notes:
-            document["note"] = "; ".join(notes)
         path = out / f"trial{row['trial']}.yaml"
-        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        write_atomic(path, yaml.safe_dump(_document(spec, study, row, pairs, timing), sort_keys=False))
         written.append(path)
     table = routes(kept, floors)
     write_atomic(out / "routes.yaml", yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
+    mapping = {size: _document(spec, study, row, pairs, timing)
+               for size, row in by_batch_size(kept, how).items()}
+    write_atomic(out / "by_batch_size.yaml", yaml.safe_dump({"sweep": spec.name, "by_batch_size": mapping},
+                                                            sort_keys=False))
+    written.append(out / "by_batch_size.yaml")
     for row in table:  # a route names a file: make sure it exists even when --pick left it out
         if row["trial"] is not None and not (out / row["file"]).exists():
             source = next(r for r in kept if r["trial"] == row["trial"])
-            written += export_configs(spec, study, [source], out, None, "all", ())
+            path = out / row["file"]
+            write_atomic(path, yaml.safe_dump(_document(spec, study, source, pairs, timing), sort_keys=False))
+            written.append(path)
     sweep_plots(spec, study, out / "plots")
     return written

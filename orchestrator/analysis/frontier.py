@@ -11,6 +11,7 @@ import numpy as np
 import optuna
 
 from orchestrator.analysis.metrics import pareto_front
+from orchestrator.stored import batch_size as stored_batch_size
 
 
 def _as_loss(points, directions) -> np.ndarray:
@@ -67,14 +68,16 @@ def tied(points: list[tuple[float, ...]], metrics: list[dict], directions: tuple
     return out
 
 
-def frontier_trials(study, spec) -> list:
-    """Feasible completed trials that no other feasible trial dominates on the objectives."""
-    trials = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if all(c <= 0 for c in t.user_attrs.get("constraints", []))
-    ]
-    if not trials:
-        return []
-    front = pareto_front([tuple(t.values) for t in trials], tuple(spec.objectives.values()))
-    return sorted((trials[i] for i in front), key=lambda t: t.number)
+def frontier_trials(study, spec, batch_size: int | None = None) -> list:
+    """Feasible completed trials that no other feasible trial of the same batch size
+    dominates on the objectives: one frontier per batch size (speed at batch 8 is not
+    comparable with speed at batch 1), or only that of `batch_size`."""
+    groups: dict[int, list] = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        size = stored_batch_size(t)
+        if all(c <= 0 for c in t.user_attrs.get("constraints", [])) and batch_size in (None, size):
+            groups.setdefault(size, []).append(t)
+    directions, front = tuple(spec.objectives.values()), []
+    for trials in groups.values():
+        front += [trials[i] for i in pareto_front([tuple(t.values) for t in trials], directions)]
+    return sorted(front, key=lambda t: t.number)

@@ -1,6 +1,8 @@
 """Per-trial metrics from per-prompt records (names from DESIGN.md), pure functions.
 
-A record is one decoded prompt: the DecodeResult measurements plus `index` and `correct`.
+A record is one decoded prompt: the DecodeResult measurements plus `index` and `correct`;
+a prompt decoded in a batch also carries `batch` (its batch's first index), `batch_wall_s`
+and `batch_nfe`. Speed is a property of batches: a batch's prompts share its wall time.
 """
 
 from __future__ import annotations
@@ -29,18 +31,41 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+def batches(records: list[dict]) -> list[dict]:
+    """One unit per batch, in order of first appearance: `index` (the batch), `new_tokens`
+    (Σ over its prompts), `wall_s` (the batch's wall time), `nfe` (its forward passes),
+    `prompts`, `correct` (Σ, None when unscored) and `latency_s` (Σ of its prompts' completion
+    times). A prompt without `batch` is a batch of its own."""
+    units: dict = {}
+    for r in records:
+        key = r.get("batch", r["index"])
+        unit = units.setdefault(key, {"index": key, "new_tokens": 0, "prompts": 0, "correct": 0.0,
+                                      "wall_s": r.get("batch_wall_s", r["wall_s"]),
+                                      "nfe": r.get("batch_nfe", r.get("nfe", 0)), "latency_s": 0.0})
+        unit["new_tokens"] += r["new_tokens"]
+        unit["prompts"] += 1
+        unit["latency_s"] += r["wall_s"]
+        scored = unit["correct"] is not None and r.get("correct") is not None
+        unit["correct"] = unit["correct"] + r["correct"] if scored else None
+    return list(units.values())
+
+
 def trial_metrics(records: list[dict]) -> dict[str, float]:
-    """accuracy = mean correct; latency_s = mean wall_s; throughput_tps = Σnew_tokens/Σwall_s;
-    tokens_per_nfe = Σnew_tokens/Σnfe; time_per_nfe_s = Σwall_s/Σnfe; acceptance_rate =
-    Σaccepted/Σdrafted; mean_accept_len = Σaccepted/Σiterations; overhead_frac =
-    Σoverhead_s/Σwall_s. A metric without a defined value (no drafts, no score) is left out."""
+    """accuracy = mean correct; latency_s = mean wall_s (a prompt's completion time);
+    throughput_tps = Σnew_tokens/Σ batch wall; tokens_per_nfe = Σnew_tokens/Σnfe;
+    time_per_nfe_s = Σ batch wall/Σ batch NFE; acceptance_rate = Σaccepted/Σdrafted;
+    mean_accept_len = Σaccepted/Σiterations; overhead_frac = Σoverhead_s/Σwall_s. At batch
+    size 1 a batch is its prompt. A metric without a defined value (no drafts, no score) is
+    left out."""
     n = len(records)
     wall = _sum(records, "wall_s")
+    units = batches(records)
+    batch_wall = _sum(units, "wall_s")
     values = {
         "latency_s": wall / n,
-        "throughput_tps": _ratio(_sum(records, "new_tokens"), wall),
+        "throughput_tps": _ratio(_sum(records, "new_tokens"), batch_wall),
         "tokens_per_nfe": _ratio(_sum(records, "new_tokens"), _sum(records, "nfe")),
-        "time_per_nfe_s": _ratio(wall, _sum(records, "nfe")),
+        "time_per_nfe_s": _ratio(batch_wall, _sum(units, "nfe")),
         "acceptance_rate": _ratio(_sum(records, "accepted"), _sum(records, "drafted")),
         "mean_accept_len": _ratio(_sum(records, "accepted"), _sum(records, "iterations")),
         "overhead_frac": _ratio(_sum(records, "overhead_s"), wall),
@@ -52,16 +77,17 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
 
 def paired_bootstrap(trial: list[dict], baseline: list[dict], resamples: int = 2000,
                      seed: int = 0) -> dict[str, float]:
-    """95% percentile intervals over prompts, resampling the same prompt indices for both:
-    accuracy, throughput_ratio = throughput(trial)/throughput(baseline) and latency_ratio =
-    latency(trial)/latency(baseline). Records are paired by `index`. Also the point ratios."""
-    base = {r["index"]: r for r in baseline}
-    pairs = [(r, base[r["index"]]) for r in trial if r["index"] in base]
+    """95% percentile intervals over batches (prompts at batch size 1), resampling the same
+    batches for both: accuracy, throughput_ratio = throughput(trial)/throughput(baseline)
+    and latency_ratio = latency(trial)/latency(baseline). Batches are paired by their first
+    `index`, so both sides must have decoded at the same batch size. Also the point ratios."""
+    base = {u["index"]: u for u in batches(baseline)}
+    pairs = [(u, base[u["index"]]) for u in batches(trial) if u["index"] in base]
     if not pairs:
         return {}
     columns = {name: np.array([[a[name] for a, _ in pairs], [b[name] for _, b in pairs]], dtype=float)
-               for name in ("new_tokens", "wall_s")}
-    scored = all(a.get("correct") is not None for a, _ in pairs)
+               for name in ("new_tokens", "wall_s", "latency_s", "prompts")}
+    scored = all(a["correct"] is not None for a, _ in pairs)
     correct = np.array([a["correct"] if scored else 0.0 for a, _ in pairs])
     n = len(pairs)
     draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
@@ -72,9 +98,10 @@ def paired_bootstrap(trial: list[dict], baseline: list[dict], resamples: int = 2
 
     stats = {"throughput_ratio": (total("new_tokens", 0) / total("wall_s", 0))
              / (total("new_tokens", 1) / total("wall_s", 1)),
-             "latency_ratio": total("wall_s", 0) / total("wall_s", 1)}
+             "latency_ratio": (total("latency_s", 0) / total("prompts", 0))
+             / (total("latency_s", 1) / total("prompts", 1))}
     if scored:
-        stats["accuracy"] = correct[rows].mean(axis=1)
+        stats["accuracy"] = correct[rows].sum(axis=1) / total("prompts", 0)
     result = {k: float(v[0]) for k, v in stats.items() if k != "accuracy"}
     for key, values in stats.items():
         result[f"{key}_lo"], result[f"{key}_hi"] = (float(x) for x in np.percentile(values[1:], [2.5, 97.5]))

@@ -127,25 +127,32 @@ def sweep_plots(spec, study, out: Path) -> list[Path]:
 
     from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume_history
     from orchestrator.stored import baselines as stored_baselines
+    from orchestrator.stored import batch_size as stored_batch_size
 
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     trials = [
-        {"number": t.number, "config": t.user_attrs["config"], "metrics": t.user_attrs.get("metrics", {})}
+        {"number": t.number, "config": t.user_attrs["config"], "metrics": t.user_attrs.get("metrics", {}),
+         "batch_size": stored_batch_size(t)}
         for t in complete
     ]
     if not trials:
         return []
     front = [t.number for t in frontier_trials(study, spec)]
-    baselines = {f"{pair} {kind}": value for (pair, kind), value in stored_baselines(study).items()}
+    sizes = sorted({t["batch_size"] for t in trials})
     paths = []
-    for x in ("throughput_tps", "latency_s"):
-        flat = set(spec.objectives) == {x, "accuracy"}
-        name = LABELS[x].split(" (")[0]
-        title = f"{spec.name}: {name} vs accuracy" + (
-            "" if flat else f"\nfrontier on {', '.join(spec.objectives)}"
-        )
-        fig = frontier_figure(trials, front, baselines, x, title=title, connect=flat)
-        paths.append(save(fig, out / f"frontier-{x.split('_')[0]}.png"))
+    for size in sizes:  # one facet per batch size: speeds at different batch sizes do not compare
+        facet = [t for t in trials if t["batch_size"] == size]
+        baselines = {f"{pair} {kind}": value for (pair, kind, b), value in stored_baselines(study).items()
+                     if b == size}
+        at, suffix = (f" at batch size {size}", f"-b{size}") if sizes != [1] else ("", "")
+        for x in ("throughput_tps", "latency_s"):
+            flat = set(spec.objectives) == {x, "accuracy"}
+            name = LABELS[x].split(" (")[0]
+            title = f"{spec.name}: {name} vs accuracy{at}" + (
+                "" if flat else f"\nfrontier on {', '.join(spec.objectives)}"
+            )
+            fig = frontier_figure(facet, front, baselines, x, title=title, connect=flat)
+            paths.append(save(fig, out / f"frontier-{x.split('_')[0]}{suffix}.png"))
     directions = tuple(spec.objectives.values())
     points = [tuple(t.values) for t in complete]
     history = hypervolume_history(points, directions, default_reference(points, directions))

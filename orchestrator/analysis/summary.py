@@ -7,6 +7,7 @@ import optuna
 from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume, tied
 from orchestrator.analysis.timing import describe, flagged, timing_report
 from orchestrator.stored import baseline, baselines
+from orchestrator.stored import batch_size as stored_batch_size
 
 
 def effort(config: dict) -> str:
@@ -16,16 +17,18 @@ def effort(config: dict) -> str:
     return f"K={config.get('steps') or 1}"
 
 
-def frontier_rows(spec, study, run_ids: dict[int, str]) -> list[dict]:
-    """One row per frontier trial (trial, pair, exact, config, params, objectives, metrics,
-    its MLflow run id from `run_ids`), flagged `tied` when statistically indistinguishable
-    from a neighbour and `timing_flagged` when its controls ran far from the typical speed."""
+def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None = None) -> list[dict]:
+    """One row per frontier trial (trial, pair, batch size, exact, config, params,
+    objectives, metrics, its MLflow run id from `run_ids`), flagged `tied` when statistically
+    indistinguishable from a neighbour at its batch size and `timing_flagged` when its
+    controls ran far from the typical speed; every batch size's frontier, or `batch_size`'s."""
     rows = []
-    for t in frontier_trials(study, spec):
+    for t in frontier_trials(study, spec, batch_size):
         rows.append(
             {
                 "trial": t.number,
                 "pair": t.user_attrs["pair"],
+                "batch_size": stored_batch_size(t),
                 "exact": t.user_attrs["exact"],
                 "config": t.user_attrs["config"],
                 "params": t.params,
@@ -34,30 +37,30 @@ def frontier_rows(spec, study, run_ids: dict[int, str]) -> list[dict]:
                 "run_id": run_ids.get(t.number),
             }
         )
-    flags = tied(
-        [tuple(r["objectives"].values()) for r in rows],
-        [r["metrics"] for r in rows],
-        tuple(spec.objectives.values()),
-    )
     noisy = flagged(timing_report(study))
-    for row, flag in zip(rows, flags):
-        row["tied"] = flag
-        row["timing_flagged"] = row["trial"] in noisy
+    for size in {r["batch_size"] for r in rows}:
+        group = [r for r in rows if r["batch_size"] == size]
+        flags = tied([tuple(r["objectives"].values()) for r in group], [r["metrics"] for r in group],
+                     tuple(spec.objectives.values()))
+        for row, flag in zip(group, flags):
+            row["tied"] = flag
+            row["timing_flagged"] = row["trial"] in noisy
     return rows
 
 
-def hypervolume_against(spec, study, points, reference: str) -> tuple[float, str]:
-    """HV of `points` against the worst observed values, or a pair's `ar` baseline
-    (`ar` = the first pair's, `ar:PAIR` = that pair's)."""
+def hypervolume_against(spec, study, points, reference: str, batch_size: int = 1) -> tuple[float, str]:
+    """HV of `points` (trials at `batch_size`) against the worst values observed at that batch
+    size, or a pair's `ar` baseline there (`ar` = the first pair's, `ar:PAIR` = that pair's)."""
     directions = tuple(spec.objectives.values())
     if reference == "worst":
-        every = [tuple(t.values) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+        every = [tuple(t.values) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+                 if stored_batch_size(t) == batch_size]
         ref = default_reference(every, directions)
         return hypervolume(points, directions, ref), f"worst observed {ref}"
     if not reference.startswith("ar"):
         raise ValueError(f"--reference: worst, ar or ar:PAIR; got {reference!r}")
     pair = reference.partition(":")[2] or spec.pairs[0].name
-    ar = baseline(study, pair)
+    ar = baseline(study, pair, "ar", batch_size)
     if any(m not in ar for m in spec.objectives):
         raise ValueError(
             f"--reference: the ar baseline of pair {pair} lacks some of {', '.join(spec.objectives)}"
@@ -81,14 +84,19 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {count[S.FAIL] - interrupted} failed, "
                  f"{interrupted} interrupted, {count[S.RUNNING]} running, {count[S.WAITING]} queued; "
                  f"target {spec.search.trials}")
-    for (pair, kind), metrics in sorted(baselines(study).items()):
+    for (pair, kind, size), metrics in sorted(baselines(study).items()):
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps"))
-        lines.append(f"{pair}:{kind}: {shown}")
-    points = [tuple(t.values) for t in frontier_trials(study, spec)]
-    lines.append(f"frontier: {len(points)} trials on {', '.join(spec.objectives)}")
-    if points:
-        value, where = hypervolume_against(spec, study, points, reference)
-        lines.append(f"hypervolume: {value:.6g} (reference: {where})")
+        lines.append(f"{pair}:{kind}" + (f" at batch size {size}" if size > 1 else "") + f": {shown}")
+    front = frontier_trials(study, spec)
+    sizes = sorted({stored_batch_size(t) for t in front})
+    for size in sizes:
+        points = [tuple(t.values) for t in front if stored_batch_size(t) == size]
+        at = f" at batch size {size}" if sizes != [1] else ""
+        lines.append(f"frontier{at}: {len(points)} trials on {', '.join(spec.objectives)}")
+        value, where = hypervolume_against(spec, study, points, reference, size)
+        lines.append(f"hypervolume{at}: {value:.6g} (reference: {where})")
+    if not front:
+        lines.append(f"frontier: 0 trials on {', '.join(spec.objectives)}")
     report = timing_report(study)
     lines += describe(report)
     lines += ["hardware: " + ", ".join(f"{k} {v}" for k, v in kind.items()) for kind in report["hardware"]]

@@ -6,20 +6,21 @@ from __future__ import annotations
 import optuna
 
 from orchestrator.analysis.metrics import drift
-from orchestrator.stored import baseline
+from orchestrator.stored import baseline, batch_size
 
 
 def timing_report(study: optuna.Study) -> dict:
     """{"drift": {pair: metrics.drift report}, "hardware": [worker hardware, one per kind]}."""
-    points: dict[str, list[tuple[float, int, float]]] = {}
+    points: dict[tuple[str, int], list[tuple[float, int, float]]] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         c = t.user_attrs.get("control")
-        if c:
-            points.setdefault(t.user_attrs["pair"], []).append((c["at"], t.number, c["ms_per_token"]))
+        if c:  # controls at different batch sizes run at different speeds: one report each
+            points.setdefault((t.user_attrs["pair"], batch_size(t)), []).append(
+                (c["at"], t.number, c["ms_per_token"]))
     report = {}
-    for pair, pts in sorted(points.items()):
-        tps = baseline(study, pair).get("throughput_tps")
-        report[pair] = drift(pts, 1000 / tps if tps else None)
+    for (pair, size), pts in sorted(points.items()):
+        tps = baseline(study, pair, "ar", size).get("throughput_tps")
+        report[pair if size == 1 else f"{pair}@{size}"] = drift(pts, 1000 / tps if tps else None)
     return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -70,8 +69,7 @@ def decode(
     """Decode prompts with a pair under one configuration and print text and measurements."""
     import yaml
 
-    from workloads.decoding import DecodeConfig
-    from workloads.decoding import decode_batch
+    from workloads.decoding import DecodeConfig, decode_batch
     from workloads.decoding.kinds import check_kind
     from workloads.models import load_pair
     from workloads.models.pair import pair_kind

@@ -20,13 +20,15 @@ def _table(title: str, spec, rows: list[dict]):
     from orchestrator.analysis.summary import effort
 
     table = Table(title=title)
-    for col in ("trial", "pair", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact", "notes"):
+    for col in ("trial", "pair", "batch", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact",
+                "notes"):
         table.add_column(col, justify="right")
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (r.get("batch_size", 1), r["trial"])):
         c = r["config"]
         table.add_row(
             str(r["trial"]),
             r["pair"],
+            str(r.get("batch_size", 1)),
             c["schedule"],
             str(c["block"]),
             effort(c),
@@ -137,21 +139,28 @@ def frontier_cmd(
     name: str = typer.Argument(..., metavar="SWEEP"),
     root: Path = ROOT,
     as_json: bool = typer.Option(False, "--json"),
+    batch_size: int = typer.Option(None, "--batch-size", min=1,
+                                   help="Only the frontier at this batch size (default: each one's)."),
 ) -> None:
-    """The frontier trials: params, metrics, MLflow run ids."""
+    """The frontier trials (one frontier per batch size): params, metrics, MLflow run ids."""
     from rich.console import Console
 
     from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.sweep.space import batch_sizes
     from orchestrator.sweep.study import load_sweep
     from orchestrator.sweep.tracking import trial_run_ids
 
     spec, study = load_sweep(root, name)
-    rows = frontier_rows(spec, study, trial_run_ids(study))
+    if batch_size is not None and batch_size not in batch_sizes(spec):
+        raise ValueError(f"--batch-size: {batch_size} is not a batch size of sweep {name} "
+                         f"({', '.join(map(str, batch_sizes(spec)))})")
+    rows = frontier_rows(spec, study, trial_run_ids(study), batch_size)
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row))
         return
-    Console().print(_table(f"frontier of {name}", spec, rows))
+    at = f" at batch size {batch_size}" if batch_size is not None else ""
+    Console().print(_table(f"frontier of {name}{at}", spec, rows))
 
 
 @user_errors
@@ -164,8 +173,10 @@ def export(
     force: bool = typer.Option(False, "--force", help="Write into a directory that already holds files."),
     root: Path = ROOT,
 ) -> None:
-    """Write one YAML per chosen frontier config (pair, config, metrics, exact, provenance),
-    routes.yaml (the fastest config per accuracy floor) and the sweep's plots."""
+    """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
+    provenance), chosen at each batch size; routes.yaml (the fastest config per batch size and
+    accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
+    all`, the fastest) and the sweep's plots."""
     from orchestrator.analysis.export import check_out, export_configs, parse_floors
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.study import load_sweep

@@ -38,7 +38,7 @@ from orchestrator.sweep.prompts import pair_prompts
 from orchestrator.sweep.runs import VIEW, frontier_table, shared_view, trial_log, write_frontier
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
 from orchestrator.sweep.shards import Job, ShardQueue
-from orchestrator.sweep.space import Candidate, baseline_config, choose_config, grid, params_key
+from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, choose_config, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, check_runnable
 from orchestrator.sweep.study import (
     StateLock,
@@ -146,13 +146,14 @@ class Driver:
         eligible = [i for i, names in self.serves.items() if candidate.pair in names]
         count = max(1, min(len(eligible), len(self.examples) // MIN_SHARD))
         indices = [e.index for e in self.examples]
-        size = math.ceil(len(indices) / count)
+        batch = candidate.batch_size
+        size = math.ceil(len(indices) / count / batch) * batch  # whole batches, the same at every config
         config = candidate.config.to_dict()
         # a trial's shards time `ar` beside it, so its speed ratio compares like with like
         timed_ar = trial is not None and "ar" in self.spec.baselines
         control = baseline_config(self.spec, "ar").to_dict() if timed_ar else None
         number = trial.number if trial else -1
-        shards = [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control)
+        shards = [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control, batch)
                   for i in range(0, len(indices), size)]
         job = Job(key, label, candidate, shards, trial)
         self.jobs[key] = job
@@ -183,6 +184,7 @@ class Driver:
             return self._ask()
         trial.set_user_attr("pair", candidate.pair)
         trial.set_user_attr("config", candidate.config.to_dict())
+        trial.set_user_attr("batch_size", candidate.batch_size)
         trial.set_user_attr("exact", is_exact(candidate.config))
         return self._job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
 
@@ -198,24 +200,25 @@ class Driver:
                                          status))
 
     def _finish_baseline(self, job: Job) -> None:
-        pair, kind = job.candidate.pair, job.key.rpartition(":")[2]
+        pair, kind, size = job.candidate.pair, job.candidate.config.schedule, job.candidate.batch_size
         if job.error:
-            raise SweepError(f"baseline {kind} of pair {pair} failed: {job.error}")
+            raise SweepError(f"baseline {kind} of pair {pair} at batch size {size} failed: {job.error}")
         records = shard_records(list(job.results.values()))
-        self.baselines[pair][kind] = records
-        if baseline_key(pair, kind) in self.study.user_attrs:
+        self.baselines[pair][kind, size] = records
+        if job.key in self.study.user_attrs:
             return  # logged by an earlier session of this sweep; its records came from the cache
         metrics = trial_metrics(records)
-        self._log(job, metrics, {"specsweep.baseline": kind}, records, "FINISHED")
-        self.study.set_user_attr(baseline_key(pair, kind), metrics)
+        self._log(job, metrics, {"specsweep.baseline": kind, "specsweep.batch_size": str(size)}, records,
+                  "FINISHED")
+        self.study.set_user_attr(job.key, metrics)
 
     def _finish_trial(self, job: Job) -> None:
         trial = job.trial
         tags = {"specsweep.trial": str(trial.number)}
         if job.error is None:
             results = list(job.results.values())
-            metrics, control = trial_outcome(results, self.baselines.get(job.candidate.pair, {}).get("ar"),
-                                             self.spec.search.seed)
+            ar = self.baselines.get(job.candidate.pair, {}).get(("ar", job.candidate.batch_size))
+            metrics, control = trial_outcome(results, ar, self.spec.search.seed)
             records = shard_records(results)
             self.decode_s += sum(r["wall_s"] for r in records)
             if control:
@@ -319,17 +322,16 @@ class Driver:
         self.tracker.end_sweep(self.parent_run, "FINISHED")
 
     def _run_baselines(self) -> None:
-        self.baselines: dict[str, dict[str, list[dict]]] = {p.name: {} for p in self.spec.pairs}
+        # pair -> (kind, batch size) -> records
+        self.baselines: dict[str, dict[tuple[str, int], list[dict]]] = {p.name: {} for p in self.spec.pairs}
         self.progress.note = "baselines"
         self.on_progress(self.progress)
         for pair in self.spec.pairs:
             for kind in [k for k in self.spec.baselines if allows_schedule(self.kinds[pair.name], k)]:
-                config = baseline_config(self.spec, kind)
-                self._job(
-                    baseline_key(pair.name, kind),
-                    f"{pair.name} {kind} baseline",
-                    Candidate(pair.name, config),
-                )
+                for size in batch_sizes(self.spec):
+                    label = f"{pair.name} {kind} baseline" + (f" at batch size {size}" if size > 1 else "")
+                    self._job(baseline_key(pair.name, kind, size), label,
+                              Candidate(pair.name, baseline_config(self.spec, kind), size))
         self._drain(lambda job: self._finish_baseline(job))
         self.progress.note = ""
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.analysis.metrics import control_speed, controlled_ratios, paired_bootstrap, trial_metrics
+from orchestrator.analysis.metrics import (
+    batches,
+    control_speed,
+    controlled_ratios,
+    paired_bootstrap,
+    trial_metrics,
+)
 from orchestrator.sweep.spec import constraint_terms
 
 
@@ -23,8 +29,8 @@ def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int) -> tupl
     metrics = trial_metrics(records)
     if ar:
         metrics.update(paired_bootstrap(records, ar, seed=seed))
-        by_shard = [(out["records"], out.get("controls", [])) for out in results]
-        metrics.update(controlled_ratios(by_shard, ar, seed=seed))
+        by_shard = [(batches(out["records"]), out.get("controls", [])) for out in results]
+        metrics.update(controlled_ratios(by_shard, batches(ar), seed=seed))
     controls = [c for out in results for c in out.get("controls", [])]
     metrics["control_decodes"] = len(controls)
     metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in results)

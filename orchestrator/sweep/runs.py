@@ -18,11 +18,12 @@ from orchestrator.sweep.tracking import TrialLog
 from workloads.decoding import is_exact
 
 
-def run_name(pair: str, config: dict, baseline: str | None = None) -> str:
-    """`<pair> <schedule> B<block> <K or τ> <rule and λ/δ>[ T<temperature>]`, or
-    `<pair> <kind> baseline`."""
+def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: int = 1) -> str:
+    """`<pair> <schedule> B<block> <K or τ> <rule and λ/δ>[ T<temperature>][ b<batch size>]`,
+    or `<pair> <kind> baseline[ b<batch size>]` (the batch size shown above 1)."""
+    batch = f" b{batch_size}" if batch_size > 1 else ""
     if baseline:
-        return f"{pair} {baseline} baseline"
+        return f"{pair} {baseline} baseline{batch}"
     parts = [pair, config["schedule"], f"B{config['block']}"]
     if config.get("threshold") is not None:
         parts.append(f"τ{config['threshold']:g}")
@@ -33,16 +34,18 @@ def run_name(pair: str, config: dict, baseline: str | None = None) -> str:
                   "match": f"match λ{lenient:g}"}[rule])
     if config.get("temperature"):
         parts.append(f"T{config['temperature']:g}")
+    if batch:
+        parts.append(batch.strip())
     return " ".join(parts)
 
 
-def trial_params(pair: str, kind: str, config: dict, task) -> dict:
-    """The run's params: the decode config (seed dropped: it is per prompt) with its pair
-    and task."""
+def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) -> dict:
+    """The run's params: the decode config (seed dropped: it is per prompt) with its pair,
+    batch size and task."""
     params = {k: v for k, v in config.items() if k != "seed"}
     params["stop"] = ",".join(params["stop"])
-    return {**params, "pair": pair, "pair_kind": kind, "task": task.name, "task_limit": task.limit,
-            "task_seed": task.seed}
+    return {**params, "batch_size": batch_size, "pair": pair, "pair_kind": kind, "task": task.name,
+            "task_limit": task.limit, "task_seed": task.seed}
 
 
 def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: dict, table: list[dict],
@@ -51,12 +54,12 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
     pair, config = job.candidate.pair, job.candidate.config.to_dict()
     results = job.results.values()
     return TrialLog(
-        name=run_name(pair, config, tags.get("specsweep.baseline")),
+        name=run_name(pair, config, tags.get("specsweep.baseline"), job.candidate.batch_size),
         tags={"specsweep.sweep": spec.name, "mlflow.parentRunId": parent_run, "specsweep.role": "trial",
               "specsweep.pair": pair, "specsweep.exact": str(is_exact(job.candidate.config)).lower(),
               "specsweep.gpu": ",".join(sorted({out.get("gpu", "") for out in results})),
               "specsweep.nodes": ",".join(sorted({out["node"] for out in results})), **tags},
-        params=trial_params(pair, pair_kind, config, spec.task),
+        params=trial_params(pair, pair_kind, config, spec.task, job.candidate.batch_size),
         metrics=metrics, table=table, status=status,
         start_ms=int(job.start * 1000), end_ms=int(time.time() * 1000))
 
@@ -87,7 +90,8 @@ def ui_link(server: str, experiment_id: str) -> str:
             "&workflowType=machine_learning")
 
 
-COLUMNS = ("trial", "run", "pair", "schedule", "block", "effort", "rule", "leniency", "exact", "tied")
+COLUMNS = ("trial", "run", "pair", "batch_size", "schedule", "block", "effort", "rule", "leniency", "exact",
+           "tied")
 
 
 def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
@@ -97,7 +101,8 @@ def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
     for r in rows:
         c = r["config"]
         out.append({"trial": r["trial"], "run": names.get(r["trial"], ""), "pair": r["pair"],
-                    "schedule": c["schedule"], "block": c["block"], "effort": effort(c), "rule": c["rule"],
+                    "batch_size": r.get("batch_size", 1), "schedule": c["schedule"], "block": c["block"],
+                    "effort": effort(c), "rule": c["rule"],
                     "leniency": c["leniency"], "exact": r["exact"], "tied": r.get("tied", False),
                     **{m: r["objectives"][m] for m in spec.objectives}, "run_id": r.get("run_id") or ""})
     return out

@@ -76,7 +76,8 @@ class ShardQueue:
 
     def cache_path(self, shard: Shard) -> Path:
         key = json.dumps([shard.pair, shard.config, shard.indices, self.cache_salt]
-                         + ([shard.control] if shard.control else []), sort_keys=True)
+                         + ([shard.control] if shard.control else [])
+                         + ([shard.batch_size] if shard.batch_size != 1 else []), sort_keys=True)
         return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def add(self, job: Job) -> None:

@@ -7,9 +7,9 @@ effort kind (steps or threshold, when both are given; none for packed/quadratic 
 pairs, which draft inside the verify call in one step), K (only values <= B, under a per-B
 name), τ, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule cactus),
 then the sampling settings and the unmasking policy (not chosen for one-step drafts, which
-commit every slot at once: the first listed policy is kept). Optuna trials answer through
-suggest_categorical; the grid enumerates every path of the same procedure, so both see the
-same space.
+commit every slot at once: the first listed policy is kept), and last the batch size.
+Optuna trials answer through suggest_categorical; the grid enumerates every path of the
+same procedure, so both see the same space.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ Choose = Callable[[str, list], object]
 class Candidate:
     pair: str
     config: DecodeConfig  # seed is set per prompt by the worker
+    batch_size: int = 1  # prompts decoded together
+
+
+def batch_sizes(spec: SweepSpec) -> list[int]:
+    """The batch sizes a sweep measures (baselines run once for each)."""
+    return list(spec.dimension_values().get("batch_size", [1]))
 
 
 def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
@@ -73,12 +79,17 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
             settings[key] = dims[key][0]  # one step commits every slot: the order changes nothing
         elif key in dims:
             settings[key] = pick(key)
-    return Candidate(pair, DecodeConfig(**settings))
+    return Candidate(pair, DecodeConfig(**settings), pick("batch_size") if "batch_size" in dims else 1)
 
 
 def config_of(spec: SweepSpec, params: dict) -> DecodeConfig:
     """The decode config a trial with these params runs."""
-    return choose_config(spec, lambda name, values: params[name]).config
+    return candidate_of(spec, params).config
+
+
+def candidate_of(spec: SweepSpec, params: dict) -> Candidate:
+    """The candidate (pair, config, batch size) a trial with these params runs."""
+    return choose_config(spec, lambda name, values: params[name])
 
 
 def params_key(params: dict) -> tuple:

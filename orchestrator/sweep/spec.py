@@ -34,7 +34,8 @@ SAMPLING = (
 )
 # rule -> the dimension holding its DecodeConfig.leniency (λ for linear and match, δ for cactus)
 LENIENCY = {"linear": "leniency", "match": "leniency", "cactus": "delta"}
-DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING)
+# batch_size: prompts decoded together; not a DecodeConfig field (space.Candidate holds it).
+DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size")
 _CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
 
@@ -225,7 +226,12 @@ def _check_space(spec: SweepSpec) -> None:
             raise SpecError(f"spec: space.{key}: unknown dimension; known: {', '.join(DIMENSIONS)}")
     dims = spec.dimension_values()
     blocks = dims.get("block", [DecodeConfig.block])
+    for value in dims.get("batch_size", []):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"spec: space.batch_size: {value!r} is not a whole number >= 1")
     for key, values in dims.items():
+        if key == "batch_size":
+            continue
         for value in values:
             base: dict[str, Any] = {
                 "block": max(b for b in blocks if isinstance(b, int))

@@ -9,9 +9,13 @@ engine itself fails (CUDA errors, out of memory) the process exits so Ray restar
 Timing honesty: the first time a process decodes with a pair (after loading it, and so
 after any restart) it first decodes WARMUP prompts untimed, with the shard's config and
 with its control config, so no timed decode pays for lazy initialisation. A shard of a
-trial also decodes its *controls*: the `ar` baseline config on CONTROLS of its own prompts,
-each right before the trial's decode of that prompt, so the trial's speed can be compared
+trial also decodes its *controls*: the `ar` baseline config on CONTROLS of its own batches,
+each right before the trial's decode of that batch, so the trial's speed can be compared
 with `ar` timed under the same conditions (orchestrator/analysis/metrics.py: controlled_ratios).
+
+At batch size b a shard decodes its prompts b at a time, in order; each record carries its
+batch (`batch`: the index of the batch's first prompt, the same for every config at that
+batch size), the batch's wall time `batch_wall_s` and forward passes `batch_nfe`.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ import hashlib
 import os
 import platform
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import ray
 
-from workloads.decoding import DecodeConfig, decode
+from workloads.decoding import DecodeConfig, decode_batch
 from workloads.tasks import Example
 
 FATAL = ("CUDA error", "out of memory", "CUBLAS_STATUS", "device-side assert")
@@ -45,6 +49,7 @@ class Shard:
     config: dict  # DecodeConfig.to_dict()
     indices: tuple[int, ...]
     control: dict | None = None  # the `ar` baseline's DecodeConfig.to_dict(), timed beside the trial
+    batch_size: int = 1  # prompts decoded together; a shard holds whole batches
 
 
 def serving(pairs: list[str], slots: int, placement: str) -> dict[int, list[str]]:
@@ -89,52 +94,60 @@ class PairWorker:
         for name in names:
             self._pair(name)
 
-    def _decode(self, pair, prompt: str, config: DecodeConfig):
+    def _decode(self, pair, prompts: list[str], config: DecodeConfig, seeds: list[int]):
         try:
-            return decode(pair, prompt, config)
+            return decode_batch(pair, prompts, config, seeds=seeds)
         except RuntimeError as err:
             if any(s in str(err) for s in FATAL):
                 os._exit(1)  # a broken engine: let Ray restart this worker
             raise
 
-    def _warm_up(self, name: str, pair, configs: list[DecodeConfig], prompts: list[str]) -> int:
-        """Untimed decodes of the first WARMUP prompts, once per pair and process; returns
-        how many were made (0 when the pair is already warm)."""
+    def _warm_up(self, name: str, pair, configs: list[DecodeConfig], prompts: list[str], size: int) -> int:
+        """Untimed decodes of the first WARMUP prompts one by one, or of the first batch at a
+        batch size above 1, once per pair and process; returns how many prompts were decoded
+        (0 when the pair is already warm)."""
         if name in self.warm:
             return 0
         made = 0
-        for prompt in prompts[:WARMUP]:
+        for start in range(0, min(len(prompts), max(WARMUP, size)), size):
+            batch = prompts[start:start + size]
             for config in configs:
-                self._decode(pair, prompt, config)
-                made += 1
+                self._decode(pair, batch, config, [config.seed] * len(batch))
+                made += len(batch)
         self.warm.add(name)
         return made
 
     def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
-        """Decode and score every (example, formatted prompt) of the shard, with the shard's
-        controls; returns the per-prompt records, the control records (`index`, `new_tokens`,
-        `wall_s`, `at`: when it ran), how many untimed warm-up decodes preceded them, the Ray
-        node and the GPU model."""
+        """Decode and score every (example, formatted prompt) of the shard, in batches of
+        the shard's batch size, with the shard's controls; returns the per-prompt records,
+        the control records (per batch: `index` its batch, `new_tokens`, `wall_s`, `at`: when
+        it ran), how many untimed warm-up decodes preceded them, the Ray node and the GPU model."""
         pair = self._pair(shard.pair)
         base = DecodeConfig.from_dict(shard.config)
         control = DecodeConfig.from_dict(shard.control) if shard.control else None
         configs = [base] + ([control] if control else [])
-        warmup = self._warm_up(shard.pair, pair, configs, [p for _, p in items])
-        controlled = set(control_positions(len(items))) if control else set()
+        size = shard.batch_size
+        warmup = self._warm_up(shard.pair, pair, configs, [p for _, p in items], size)
+        batches = [items[i:i + size] for i in range(0, len(items), size)]
+        controlled = set(control_positions(len(batches))) if control else set()
         records, controls = [], []
-        for position, (example, prompt) in enumerate(items):
-            seed = prompt_seed(self.sweep_seed, example.index)
+        for position, batch in enumerate(batches):
+            seeds = [prompt_seed(self.sweep_seed, example.index) for example, _ in batch]
+            prompts = [prompt for _, prompt in batch]
+            first = batch[0][0].index
             if position in controlled:
                 at = time.time()
-                timed = self._decode(pair, prompt, replace(control, seed=seed))
-                controls.append({"index": example.index, "new_tokens": timed.new_tokens,
+                timed = self._decode(pair, prompts, control, seeds)
+                controls.append({"index": first, "new_tokens": sum(r.new_tokens for r in timed.results),
                                  "wall_s": timed.wall_s, "at": at})
-            result = self._decode(pair, prompt, replace(base, seed=seed))
-            record = result.to_dict()
-            record.pop("accept_lengths")
-            score = self.task.judge(example, result.text)
-            record.update(index=example.index, correct=score.correct, detail=score.detail)
-            records.append(record)
+            done = self._decode(pair, prompts, base, seeds)
+            for (example, _), result in zip(batch, done.results):
+                record = result.to_dict()
+                record.pop("accept_lengths")
+                score = self.task.judge(example, result.text)
+                record.update(index=example.index, correct=score.correct, detail=score.detail, batch=first,
+                              batch_wall_s=done.wall_s, batch_nfe=done.nfe)
+                records.append(record)
         _release_device_memory()
         return {"records": records, "controls": controls, "warmup": warmup, "node": _node(),
                 "gpu": _gpu_name()}
