@@ -66,7 +66,8 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
 
 VIEW = "specsweep"  # the experiment's shared view: its key in the UI's ?viewStateShareKey=
 SHOWN_METRICS = ("throughput_ratio", "acceptance_rate", "tokens_per_nfe", "latency_s")
-SHOWN_PARAMS = ("pair", "schedule", "block", "steps", "threshold", "rule", "leniency", "temperature")
+SHOWN_PARAMS = ("pair", "batch_size", "schedule", "block", "steps", "threshold", "rule", "leniency",
+                "temperature")
 
 
 def shared_view(spec) -> str:

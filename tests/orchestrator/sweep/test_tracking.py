@@ -148,7 +148,8 @@ def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
     assert {"frontier.csv", "frontier.html", "plots", "timing.json", "spec.yaml"} <= files
     csv_text = MlflowClient(uri).download_artifacts(parent["info"]["run_id"], "frontier.csv", str(tmp_path))
     header, *rows = Path(csv_text).read_text().splitlines()
-    assert header.startswith("trial,run,pair,schedule,block,effort,rule,leniency,exact,tied,throughput_tps")
+    assert header.startswith("trial,run,pair,batch_size,schedule,block,effort,rule,leniency,exact,tied,"
+                             "throughput_tps")
     assert rows and all(",toy linear B" in row for row in rows)
 
 

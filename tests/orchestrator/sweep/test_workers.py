@@ -16,13 +16,13 @@ AR = DecodeConfig(schedule="ar", max_new_tokens=12).to_dict()
 def decodes(monkeypatch):
     """Every decode a worker makes, in order: (prompt, schedule)."""
     made = []
-    real = workers.decode
+    real = workers.decode_batch
 
-    def counting(pair, prompt, config):
-        made.append((prompt, config.schedule))
-        return real(pair, prompt, config)
+    def counting(pair, prompts, config, seeds):
+        made.extend((prompt, config.schedule) for prompt in prompts)
+        return real(pair, prompts, config, seeds=seeds)
 
-    monkeypatch.setattr(workers, "decode", counting)
+    monkeypatch.setattr(workers, "decode_batch", counting)
     return made
 
 
@@ -67,3 +67,18 @@ def test_a_shard_without_a_control_config_decodes_no_controls(decodes):
 @pytest.mark.parametrize(("n", "positions"), [(1, [0]), (3, [0, 1, 2]), (7, [0, 3, 6]), (10, [0, 4, 9])])
 def test_control_positions_spread_over_the_shard(n, positions):
     assert control_positions(n) == positions
+
+
+def test_a_batched_shard_decodes_whole_batches_with_a_control_per_batch(decodes):
+    """Batch size 4 over 10 prompts: batches of 4, 4 and 2, each record naming its batch and
+    that batch's wall time; controls are `ar` on the same batches; greedy tokens are those of
+    batch size 1."""
+    worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
+    worker.warm.add("toy")
+    batched = worker.run(Shard(0, "toy", TRIAL, tuple(range(10)), control=AR, batch_size=4), items(10))
+    assert [r["batch"] for r in batched["records"]] == [0] * 4 + [4] * 4 + [8] * 2
+    assert [c["index"] for c in batched["controls"]] == [0, 4, 8]
+    for record in batched["records"]:
+        assert 0 < record["wall_s"] <= record["batch_wall_s"]
+    alone = worker.run(Shard(0, "toy", TRIAL, tuple(range(10))), items(10))
+    assert [r["token_ids"] for r in batched["records"]] == [r["token_ids"] for r in alone["records"]]
