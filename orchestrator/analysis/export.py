@@ -164,7 +164,7 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
             "code_version": code_version(),
             "hardware": study.user_attrs.get("hardware") or [{"cpu": platform.machine()}],
             "timing": timing["drift"].get(row["pair"] if row.get("batch_size", 1) == 1
-                                          else f"{row['pair']}@{row['batch_size']}", {}),
+                                          else f"{row['pair']}:b{row['batch_size']}", {}),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
     }

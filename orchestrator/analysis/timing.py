@@ -20,7 +20,7 @@ def timing_report(study: optuna.Study) -> dict:
     report = {}
     for (pair, size), pts in sorted(points.items()):
         tps = baseline(study, pair, "ar", size).get("throughput_tps")
-        report[pair if size == 1 else f"{pair}@{size}"] = drift(pts, 1000 / tps if tps else None)
+        report[pair if size == 1 else f"{pair}:b{size}"] = drift(pts, 1000 / tps if tps else None)
     return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
 
 
