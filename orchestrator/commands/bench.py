@@ -295,3 +295,48 @@ def dflash_bench(
     for r in best:
         typer.echo(f"  {r['pair']:<12} {r['config']:<18} {r['tokens_per_s']:8.1f} tok/s  "
                    f"{r['vs_ar']:5.2f}x ar  {r['accepted_per_iteration']:.2f} accepted/iteration")
+
+
+@app.command("batch")
+@user_errors
+def batch_bench(
+    batch_sizes: str = typer.Option("1,4,16", "--batch-sizes", help="Comma-separated batch sizes."),
+    pair: str = typer.Option("toy", help="Pair (bundled name)."),
+    n: int = typer.Option(32, "--n", min=1, help="arith test prompts."),
+    max_new_tokens: int = typer.Option(48),
+    threads: int = THREADS,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """For each batch size, in one run on the same prompts: `ar` tokens/s, HF generate's,
+    the best lossless configuration's and its ratio to `ar`; and the best configuration
+    under each cache-compaction slack."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from orchestrator.bench.batch import batch_comparison
+    from workloads.models import load_pair
+    from workloads.tasks import get_task
+
+    try:
+        sizes = [int(s) for s in batch_sizes.split(",")]
+    except ValueError:
+        raise ValueError(f"--batch-sizes: whole numbers separated by commas; got {batch_sizes!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch-sizes: every batch size must be >= 1; got {batch_sizes!r}")
+    loaded = load_pair(pair)
+    prompts = [e.prompt for e in get_task("arith").examples("test", n=n)]
+    rows = batch_comparison(loaded, prompts, sizes, max_new_tokens,
+                            None if as_json else lambda line: typer.echo(line, err=True))
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row))
+        return
+    base = rows[0]
+    typer.echo(f"{pair}, {n} arith prompts, greedy, {threads} thread(s); tokens/s, batches interleaved")
+    typer.echo(f"{'batch':>5} {'ar':>8} {'hf gen':>8} {'best lossless':>18} {'best':>8} {'best/ar':>7} "
+               f"{'ar vs b1':>8} {'best vs b1':>10}  slack 0 / 0.5 / 1 (best)")
+    for r in rows:
+        slack = " / ".join(f"{v:.0f}" for v in r["slack_tps"].values())
+        typer.echo(f"{r['batch_size']:>5} {r['ar_tps']:8.1f} {r['hf_generate_tps']:8.1f} {r['best']:>18} "
+                   f"{r['best_tps']:8.1f} {r['ratio']:6.2f}x {r['ar_tps'] / base['ar_tps']:7.2f}x "
+                   f"{r['best_tps'] / base['best_tps']:9.2f}x  {slack}")

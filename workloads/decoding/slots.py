@@ -18,19 +18,21 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-SLACK = 0.5  # masked share of the cache that triggers compaction (`specsweep bench batch` measures it)
+# Masked share of the cache that triggers compaction, read when a batch starts
+# (`specsweep bench batch` measures 0, this and 1: never compact).
+SLACK = 0.5
 
 
 class SlotCache:
     """KV slots of the rows of one batch on one network; `rows` are the batch rows held,
     in the order of the cache's first dimension."""
 
-    def __init__(self, rows: int, slack: float = SLACK):
+    def __init__(self, rows: int, slack: float | None = None):
         self.cache = DynamicCache()
         self.rows = list(range(rows))
         self.valid = torch.zeros(rows, 0, dtype=torch.bool)  # on the host: building masks never syncs
         self.lengths = [0] * rows  # valid slots per row, by batch row
-        self.slack = slack
+        self.slack = SLACK if slack is None else slack
 
     def length(self, row: int) -> int:
         return self.lengths[row]

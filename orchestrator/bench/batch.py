@@ -1,0 +1,107 @@
+"""Speculation as the batch grows, in one process on the same prompts: for each batch size,
+`ar` (the verifier alone), HF `generate` (the peer a user would batch `ar` with: greedy,
+left-padded), and each lossless configuration; every decoder runs batch by batch,
+interleaved, so machine noise falls on all alike. Speed is Σ new tokens / Σ batch wall time.
+
+Also how the batched engine treats masked cache slots (rejected drafts, padding, drafting
+rows): compacted as soon as any is masked (slack 0), compacted past half the cache (the
+default), or only masked (slack 1, never compacted), on the fastest configuration."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from workloads.decoding import DecodeConfig, decode_batch, slots
+from workloads.decoding.calls import sync
+from workloads.decoding.engine import networks
+from workloads.decoding.kinds import allows_schedule
+from workloads.models.pair import Pair, kind_of
+
+SLACKS = (0.0, slots.SLACK, 1.0)
+
+
+def lossless_grid(pair: Pair, max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """The greedy lossless configurations compared: each schedule the pair runs at B = 4, 8 and K = 1."""
+    kind = kind_of(pair)
+    return {f"{schedule} B={block} K=1": DecodeConfig(schedule=schedule, block=block, steps=1,
+                                                      max_new_tokens=max_new_tokens)
+            for schedule in ("linear", "packed", "quadratic") if allows_schedule(kind, schedule)
+            for block in (4, 8)}
+
+
+def hf_generate(pair: Pair, prompts: list[str], max_new_tokens: int) -> tuple[int, float]:
+    """(new tokens up to each row's EOS, wall s) of HF `generate`, greedy, on a left-padded batch."""
+    tok, verifier = pair.tokenizer, networks(pair)[1]
+    ids = [tok(p).input_ids for p in prompts]
+    width = max(map(len, ids))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    batch = torch.tensor([[pad] * (width - len(i)) + i for i in ids], device=verifier.device)
+    mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids], device=verifier.device)
+    sync(verifier.device)
+    start = time.perf_counter()
+    out = verifier.generate(input_ids=batch, attention_mask=mask, max_new_tokens=max_new_tokens,
+                            do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=pad)
+    sync(verifier.device)
+    wall = time.perf_counter() - start
+    new = 0
+    for row in out[:, width:].tolist():
+        new += row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+    return new, wall
+
+
+def _speed(pair: Pair, prompts: list[str], config: DecodeConfig) -> tuple[int, float]:
+    done = decode_batch(pair, prompts, config)
+    return sum(r.new_tokens for r in done.results), done.wall_s
+
+
+def batch_comparison(pair: Pair, prompts: list[str], sizes: list[int], max_new_tokens: int,
+                     progress: Callable[[str], None] | None = None) -> list[dict]:
+    """One row per batch size: tokens/s of `ar`, HF generate and every lossless
+    configuration, the best configuration and its ratio to `ar`, and the best's tokens/s
+    under each cache slack (`slack_tps`)."""
+    configs = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens),
+               **lossless_grid(pair, max_new_tokens)}
+    rows = []
+    for size in sizes:
+        batches = [prompts[i:i + size] for i in range(0, len(prompts), size)]
+        for config in configs.values():  # untimed: first calls at new shapes
+            _speed(pair, batches[0], config)
+        hf_generate(pair, batches[0], max_new_tokens)
+        totals = {label: [0, 0.0] for label in [*configs, "hf generate"]}
+        with torch.inference_mode():
+            for batch in batches:
+                for label, config in configs.items():
+                    tokens, wall = _speed(pair, batch, config)
+                    totals[label][0] += tokens
+                    totals[label][1] += wall
+                tokens, wall = hf_generate(pair, batch, max_new_tokens)
+                totals["hf generate"][0] += tokens
+                totals["hf generate"][1] += wall
+        tps = {label: n / s for label, (n, s) in totals.items()}
+        best = max((label for label in configs if label != "ar"), key=tps.get)
+        rows.append({"batch_size": size, "ar_tps": tps["ar"], "hf_generate_tps": tps["hf generate"],
+                     "best": best, "best_tps": tps[best], "ratio": tps[best] / tps["ar"],
+                     "slack_tps": _slacks(pair, batches, configs[best]),
+                     "tps": {label: tps[label] for label in configs}})
+        if progress:
+            progress(f"batch size {size}: done")
+    return rows
+
+
+def _slacks(pair: Pair, batches: list[list[str]], config: DecodeConfig) -> dict[str, float]:
+    """Tokens/s of `config` under each cache slack (slots.SLACK), interleaved per batch."""
+    totals = {slack: [0, 0.0] for slack in SLACKS}
+    default = slots.SLACK
+    try:
+        for batch in batches:
+            for slack in SLACKS:
+                slots.SLACK = slack
+                tokens, wall = _speed(pair, batch, config)
+                totals[slack][0] += tokens
+                totals[slack][1] += wall
+    finally:
+        slots.SLACK = default
+    return {f"{slack:g}": n / s for slack, (n, s) in totals.items()}
