@@ -1,0 +1,19 @@
+"""`specsweep bench batch` on a few prompts: one row per batch size, ratios from its own figures,
+and HF generate's batched greedy output as long as `ar`'s."""
+
+from orchestrator.bench.batch import batch_comparison, hf_generate
+from workloads.decoding import DecodeConfig, decode_batch
+from workloads.models import load_pair
+from workloads.tasks import get_task
+
+
+def test_one_row_per_batch_size_with_its_own_ratio():
+    pair = load_pair("toy")
+    prompts = [e.prompt for e in get_task("arith").examples("test", n=4)]
+    rows = batch_comparison(pair, prompts, [1, 2], max_new_tokens=8)
+    assert [r["batch_size"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["ratio"] == r["best_tps"] / r["ar_tps"] and r["best"] in r["tps"]
+        assert set(r["slack_tps"]) == {"0", "0.5", "1"} and min(r["slack_tps"].values()) > 0
+    ar = decode_batch(pair, prompts, DecodeConfig(schedule="ar", max_new_tokens=8)).results
+    assert hf_generate(pair, prompts, 8)[0] == sum(r.new_tokens for r in ar)
