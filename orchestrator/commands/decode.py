@@ -46,7 +46,8 @@ def decode(
     prompts: Path = typer.Option(None, help="Text file (a prompt a line) or JSONL with 'prompt'.", **OPT),
     config: Path = typer.Option(None, help="Config YAML (settings, or an export); flags override.", **OPT),
     num_samples: int = typer.Option(1, min=1, help="Samples per prompt, seeds seed..seed+N-1."),
-    batch_size: int = typer.Option(1, min=1, help="Decode N prompts together (in file order).", **OPT),
+    batch_size: int = typer.Option(None, min=1, help="Decode N prompts together, in file order (default: "
+                                   "the export's batch size, else 1).", **OPT),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per decode."),
     schedule: str = typer.Option(None, help="ar | diffusion | linear | packed | quadratic", **OPT),
     block: int = typer.Option(None, help="B: tokens drafted (dual-mode, DFlash: B-1 drafted).", **OPT),
@@ -82,8 +83,10 @@ def decode(
     settings: dict = {}
     if config is not None:
         settings = DecodeConfig.from_file(config).to_dict()
-        if pair is None:
-            pair = (yaml.safe_load(config.read_text()) or {}).get("pair")
+        document = yaml.safe_load(config.read_text()) or {}
+        pair = document.get("pair") if pair is None else pair
+        if batch_size is None and isinstance(document.get("batch_size"), int) and document["batch_size"] >= 1:
+            batch_size = document["batch_size"]  # an export decodes at the batch size it was measured at
     settings.update({k: v for k, v in flags.items() if v is not None})
     cfg = DecodeConfig.from_dict(settings)
     if (prompt is None) == (prompts is None):
@@ -93,6 +96,7 @@ def decode(
     texts = [prompt] if prompt is not None else read_prompts(prompts)
     check_kind(pair_kind(pair), cfg)  # before any weights load (and print their progress bars)
     loaded = load_pair(pair)
+    batch_size = batch_size or 1
     rows = [(text, cfg.seed + sample) for text in texts for sample in range(num_samples)]
     for index, start in enumerate(range(0, len(rows), batch_size)):
         batch = rows[start:start + batch_size]
