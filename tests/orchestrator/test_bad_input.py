@@ -31,6 +31,8 @@ SPECS = {
     "constraint number": ({"constraints": ["accuracy >= 1.2.3"]}, "spec: constraints"),
     "seed past 2**32": ({"search": {**GOOD["search"], "seed": 2**80}}, "spec: search.seed"),
     "negative seed": ({"search": {**GOOD["search"], "seed": -1}}, "spec: search.seed"),
+    "batch size 0": ({"space": {**GOOD["space"], "batch_size": [1, 0]}}, "spec: space.batch_size: 0 is not"),
+    "fractional batch size": ({"space": {**GOOD["space"], "batch_size": 2.5}}, "spec: space.batch_size: 2.5"),
 }
 
 
@@ -84,6 +86,11 @@ def finished(tmp_path_factory):
     result = runner.invoke(app, ["run", str(path), "--root", str(root)])
     assert result.exit_code == 0, result.output
     return root
+
+
+def test_a_frontier_at_a_batch_size_the_sweep_lacks_is_refused(finished):
+    one_line_error(runner.invoke(app, ["frontier", "bad", "--root", str(finished), "--batch-size", "8"]),
+                   "--batch-size: 8 is not a batch size of sweep bad (1)")
 
 
 @pytest.mark.parametrize(("flags", "starts"), [

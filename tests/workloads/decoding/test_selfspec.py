@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.workloads.decoding.stubs import TOK, StubLM, digit_at
-from workloads.decoding import DecodeConfig, decode
+from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter
 from workloads.decoding.config import ConfigError
@@ -48,13 +48,15 @@ def toy_self():
 
 @pytest.fixture(scope="module")
 def greedy(toy_self):
-    """Every schedule and B over 50 arith prompts: (schedule, B) -> results, plus 'ar'."""
+    """Every schedule and B over 50 arith prompts, decoded in batches of 10: (schedule, B) ->
+    results, plus 'ar' decoded one prompt at a time."""
     prompts = [e.prompt for e in get_task("arith").examples("test", n=50, seed=2)]
     runs = {"ar": [decode(toy_self, p, DecodeConfig(schedule="ar", max_new_tokens=64)) for p in prompts]}
     for schedule in SCHEDULES:
         for block in BLOCKS:
             config = DecodeConfig(schedule=schedule, block=block, max_new_tokens=64)
-            runs[schedule, block] = [decode(toy_self, p, config) for p in prompts]
+            runs[schedule, block] = [r for i in range(0, len(prompts), 10)  # rows of batches of 10
+                                     for r in decode_batch(toy_self, prompts[i:i + 10], config).results]
     runs["prompt_lengths"] = [len(toy_self.tokenizer(p).input_ids) for p in prompts]
     return runs
 
