@@ -55,8 +55,8 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
     throughput_tps = Σnew_tokens/Σ batch wall; tokens_per_nfe = Σnew_tokens/Σnfe;
     time_per_nfe_s = Σ batch wall/Σ batch NFE; acceptance_rate = Σaccepted/Σdrafted;
     mean_accept_len = Σaccepted/Σiterations; overhead_frac = Σoverhead_s/Σwall_s. At batch
-    size 1 a batch is its prompt. A metric without a defined value (no drafts, no score) is
-    left out."""
+    size 1 a batch is its prompt. Cost: prompt_decodes = n, decode_s = Σ batch wall. A
+    metric without a defined value (no drafts, no score) is left out."""
     n = len(records)
     wall = _sum(records, "wall_s")
     units = batches(records)
@@ -69,6 +69,8 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
         "acceptance_rate": _ratio(_sum(records, "accepted"), _sum(records, "drafted")),
         "mean_accept_len": _ratio(_sum(records, "accepted"), _sum(records, "iterations")),
         "overhead_frac": _ratio(_sum(records, "overhead_s"), wall),
+        "prompt_decodes": float(n),
+        "decode_s": batch_wall,
     }
     if all(r.get("correct") is not None for r in records):
         values["accuracy"] = sum(r["correct"] for r in records) / n

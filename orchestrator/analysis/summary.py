@@ -81,9 +81,16 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     count = {state: sum(t.state == state for t in trials) for state in optuna.trial.TrialState}
     interrupted = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
     S = optuna.trial.TrialState
-    lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {count[S.FAIL] - interrupted} failed, "
-                 f"{interrupted} interrupted, {count[S.RUNNING]} running, {count[S.WAITING]} queued; "
-                 f"target {spec.search.trials}")
+    stopped = [t for t in trials if "racing_stopped" in t.user_attrs]
+    lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} stopped by racing, "
+                 f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
+                 f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; target {spec.search.trials}")
+    costs = [t.user_attrs.get("metrics", {}) for t in trials] + list(baselines(study).values())
+    decodes = sum(m.get("prompt_decodes", 0) for m in costs)
+    raced = sum(t.user_attrs["racing_stopped"] for t in stopped)
+    lines.append(f"cost: {decodes:.0f} prompt-decodes, {sum(m.get('decode_s', 0) for m in costs):.1f} s of "
+                 f"decoding (trials and baselines" + (f"; {raced} of them on trials racing stopped)"
+                                                      if stopped else ")"))
     for (pair, kind, size), metrics in sorted(baselines(study).items()):
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps"))
         lines.append(f"{pair}:{kind}" + (f" at batch size {size}" if size > 1 else "") + f": {shown}")

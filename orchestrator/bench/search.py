@@ -1,19 +1,25 @@
-"""Compare search strategies cheaply: replay a measured grid from a table instead of
-decoding again. Each strategy asks configurations of the same space (with the sampler and
-the duplicate rule a live sweep uses); the answer is the grid's measured objective values;
-hypervolume is read after fixed trial budgets."""
+"""Compare search strategies cheaply: replay a measured grid instead of decoding again. Each
+strategy asks configurations of the same space (with the sampler and the duplicate rule a
+live sweep uses); the answer is the grid's measured objective values; hypervolume is read
+after fixed trial budgets (`compare_strategies`). `race_strategies` replays the grid's
+per-prompt records instead, with and without racing (analysis/racing.py), and counts cost
+in prompt-decodes."""
 
 from __future__ import annotations
 
 import random
+import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 
 from orchestrator.analysis.frontier import default_reference, hypervolume
+from orchestrator.analysis.metrics import pareto_front
+from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop
 from orchestrator.sweep.search import directions, make_sampler, replacement
 from orchestrator.sweep.space import choose_config, config_of, params_key
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
 
@@ -84,3 +90,128 @@ def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | No
                        for s in range(seeds)]
             for strategy in STRATEGIES if strategy != "guided" or guide is not None}
     return len(table), rows
+
+
+@dataclass
+class Replayed:
+    """One replayed search: finished candidates in order, with the prompt-decodes spent when
+    each finished, and the total spent."""
+
+    finished: list[tuple[tuple, float]]  # (params key, cost when it finished)
+    spent: float
+
+
+def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str, seed: int, budget: float,
+                racing: Racing | None) -> Replayed:
+    """Ask candidates as `replay` does until `budget` prompt-decodes are spent; each runs on
+    every prompt, or (with `racing`) rung by rung, stopped when `racing.stop` says so. The
+    sampler is told the final values of finished candidates; stopped ones are pruned."""
+    total = len(next(iter(records.values())))
+    objectives = dict(spec.objectives)
+    constraints = constraint_terms(spec.constraints)
+    keys = list(records)
+    if strategy == "grid":
+        random.Random(seed).shuffle(keys)
+    study = None
+    if strategy != "grid":
+        study = optuna.create_study(directions=directions(spec), sampler=make_sampler(spec, strategy, seed))
+    measured: dict[tuple, list[dict]] = {}
+    finished: list[tuple[tuple, float]] = []
+    spent = 0.0
+    order = iter(keys)
+    while spent < budget and len(measured) < len(records):
+        if study is None:
+            key, trial = next(order), None
+        else:
+            trial = study.ask()
+            choose_config(spec, trial.suggest_categorical)
+            key = params_key(trial.params)
+            if key in measured or key not in records:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                untried = [dict(k) for k in records if k not in measured]
+                study.enqueue_trial(replacement(untried, trial.number))
+                continue
+        rows = records[key]
+        done = 0
+        for n in rungs(total, racing) if racing else [total]:
+            spent += n - done
+            done = n
+            measured[key] = rows[:n]
+            rivals = [r for k, r in measured.items() if k != key]
+            if racing and n < total and stop(rows[:n], rivals, objectives, constraints, racing, seed):
+                break
+        else:
+            finished.append((key, spent))
+            if trial is not None:
+                study.tell(trial, [values_of(rows, m) for m in objectives])
+            continue
+        if trial is not None:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    return Replayed(finished, spent)
+
+
+def values_of(rows: list[dict], metric: str) -> float:
+    top, bottom = COLUMNS[metric]
+    numerator = sum(float(r.get(top) or 0.0) for r in rows)
+    return numerator / (sum(float(r.get(bottom) or 0.0) for r in rows) if bottom else len(rows))
+
+
+def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[dict]], dict[tuple, bool]]:
+    """A finished grid sweep's per-prompt records by params key (from its MLflow runs'
+    `prompts.jsonl`, in prompt order), and which points are feasible."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.sweep.study import load_sweep
+    from orchestrator.sweep.tracking import trial_run_ids
+
+    spec, study = load_sweep(root, sweep)
+    if spec.search.sampler != "grid":
+        raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
+    client = MlflowClient(study.user_attrs["tracking_uri"])
+    runs = trial_run_ids(study)
+    records, feasible = {}, {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        path = client.download_artifacts(runs[t.number], "prompts.jsonl")
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        records[params_key(t.params)] = sorted(rows, key=lambda r: r["index"])
+        feasible[params_key(t.params)] = all(c <= 0 for c in t.user_attrs.get("constraints", []))
+    return spec, records, feasible
+
+
+def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
+                    shares=(0.1, 0.25, 0.5)) -> list[dict]:
+    """Every strategy with and without racing, `seeds` times, on the finished grid sweep
+    `sweep`: one row per (strategy, racing, budget share) with the hypervolume reached
+    (fraction of the grid's, feasible points only), the recall of the grid's frontier and
+    the prompt-decodes spent as a fraction of the grid's, means over seeds."""
+    spec, records, feasible = grid_records(root, sweep)
+    unsummed = [m for m in spec.objectives if m not in COLUMNS]
+    if unsummed:
+        raise ValueError(f"--racing: objective {unsummed[0]} is not a sum over prompts; race on "
+                         f"{', '.join(COLUMNS)}")
+    directions_ = tuple(spec.objectives.values())
+    values = {k: tuple(values_of(r, m) for m in spec.objectives) for k, r in records.items()}
+    usable = [k for k in records if feasible[k]]
+    reference = default_reference([values[k] for k in records], directions_)
+    full = hypervolume([values[k] for k in usable], directions_, reference) or 1.0
+    front = {usable[i] for i in pareto_front([values[k] for k in usable], directions_)}
+    grid_cost = float(sum(len(r) for r in records.values()))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rows = []
+    for strategy in ("grid", "random", "tpe", "nsga2"):
+        for raced in (False, True):
+            for share in shares:
+                hv, recall, cost = [], [], []
+                for s in range(seeds):
+                    budget = share * grid_cost
+                    run = race_replay(spec, records, strategy, s, budget, racing if raced else None)
+                    found = [k for k, at in run.finished if at <= budget and feasible[k]]
+                    hv.append(hypervolume([values[k] for k in found], directions_, reference) / full)
+                    recall.append(len(front & set(found)) / len(front))
+                    cost.append(min(run.spent, budget) / grid_cost)
+                rows.append({"strategy": strategy, "racing": raced, "budget": share,
+                             "hypervolume_fraction": statistics.mean(hv), "recall": statistics.mean(recall),
+                             "cost_fraction": statistics.mean(cost)})
+    return rows

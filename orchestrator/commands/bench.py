@@ -239,14 +239,44 @@ def search_bench(
     root: str = typer.Option(".", "--root"),
     seeds: int = typer.Option(5, "--seeds", min=1),
     calibration: str = typer.Option(None, "--calibration", help="For the model-guided strategy."),
+    racing: bool = typer.Option(False, "--racing", help="Replay per-prompt records, with and without "
+                                "racing."),
+    start: int = typer.Option(16, "--start", min=1, help="Racing: prompts of the first rung."),
+    factor: float = typer.Option(2.0, "--factor", min=1.01, help="Racing: growth of the prompts per rung."),
+    as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search strategies over the same space, replayed from a measured grid: hypervolume
-    reached (fraction of the grid's) after 10%, 25% and 50% of the grid's trial count."""
+    reached (fraction of the grid's) after 10%, 25% and 50% of the grid's trial count; with
+    --racing, from its per-prompt records, after those shares of its prompt-decodes, with
+    and without racing, with the recall of the grid's frontier."""
     import statistics
 
+    if racing:
+        from orchestrator.analysis.racing import Racing
+        from orchestrator.bench.search import race_strategies
+
+        rows = race_strategies(Path(root), sweep, seeds, Racing(start=start, factor=factor))
+        if as_json:
+            for row in rows:
+                typer.echo(json.dumps(row))
+            return
+        typer.echo(f"replaying {sweep} from its per-prompt records; budget = share of the grid's "
+                   f"prompt-decodes; racing start {start}, factor {factor:g}; means over {seeds} seeds")
+        typer.echo(f"{'strategy':<8} {'racing':<6} {'budget':>6} {'hypervolume':>11} {'recall':>7} "
+                   f"{'cost':>6}")
+        for r in rows:
+            typer.echo(f"{r['strategy']:<8} {'yes' if r['racing'] else 'no':<6} {r['budget']:>6.0%} "
+                       f"{r['hypervolume_fraction']:>11.3f} {r['recall']:>7.3f} {r['cost_fraction']:>6.3f}")
+        return
     from orchestrator.bench.search import compare_strategies
 
     points, rows = compare_strategies(Path(root), sweep, seeds, calibration)
+    if as_json:
+        for strategy, runs in rows.items():
+            for share, cells in zip((0.1, 0.25, 0.5), zip(*runs)):
+                typer.echo(json.dumps({"strategy": strategy, "racing": False, "budget": share,
+                                       "hypervolume_fraction": statistics.mean(cells)}))
+        return
     typer.echo(f"replaying {points} measured grid points of {sweep}; hypervolume as a fraction of the grid's")
     typer.echo(f"{'strategy':<10} {'10%':>12} {'25%':>12} {'50%':>12}   (mean ± sd over {seeds} seeds)")
     for strategy, runs in rows.items():

@@ -76,16 +76,19 @@ def run(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("failed {task.fields[failed]}  frontier {task.fields[frontier]}  {task.fields[note]}"),
+        TextColumn("failed {task.fields[failed]}  stopped {task.fields[stopped]}  "
+                   "frontier {task.fields[frontier]}  {task.fields[note]}"),
         TimeRemainingColumn(),
         console=console,
         transient=False,
     )
-    task_id = bar.add_task(f"sweep {spec.name}", total=spec.search.trials, failed=0, frontier=0, note="")
+    task_id = bar.add_task(f"sweep {spec.name}", total=spec.search.trials, failed=0, stopped=0, frontier=0,
+                           note="")
 
     def show(p) -> None:
         bar.update(
-            task_id, completed=p.finished, total=p.target, failed=p.failed, frontier=p.frontier, note=p.note
+            task_id, completed=p.finished, total=p.target, failed=p.failed, stopped=p.stopped,
+            frontier=p.frontier, note=p.note
         )
 
     driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)

@@ -35,6 +35,7 @@ from orchestrator.stored import baseline_key
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
 from orchestrator.sweep.prompts import pair_prompts
+from orchestrator.sweep.race import STOPPED, Race
 from orchestrator.sweep.runs import VIEW, frontier_table, shared_view, trial_log, write_frontier
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
 from orchestrator.sweep.shards import Job, ShardQueue
@@ -65,6 +66,8 @@ class Progress:
     finished: int = 0
     failed: int = 0
     frontier: int = 0
+    stopped: int = 0  # trials racing stopped early
+    rungs: int = 0  # rungs after which a racing trial went on
     note: str = ""
 
 
@@ -143,9 +146,18 @@ class Driver:
     # -- jobs and shards ---------------------------------------------------------------------
 
     def _job(self, key: str, label: str, candidate: Candidate, trial: optuna.Trial | None = None) -> Job:
+        """A job over every prompt, or over the first rung's when the trial races."""
+        count = self.race.first() if self.race and trial is not None else len(self.examples)
+        job = Job(key, label, candidate, self._shards(candidate, trial, 0, count), trial)
+        self.jobs[key] = job
+        self.queue.add(job)
+        return job
+
+    def _shards(self, candidate: Candidate, trial: optuna.Trial | None, start: int, end: int) -> list[Shard]:
+        """Shards of the prompts start..end-1 (task order), one per eligible worker, each of whole batches."""
         eligible = [i for i, names in self.serves.items() if candidate.pair in names]
-        count = max(1, min(len(eligible), len(self.examples) // MIN_SHARD))
-        indices = [e.index for e in self.examples]
+        indices = [e.index for e in self.examples[start:end]]
+        count = max(1, min(len(eligible), len(indices) // MIN_SHARD))
         batch = candidate.batch_size
         size = math.ceil(len(indices) / count / batch) * batch  # whole batches, the same at every config
         config = candidate.config.to_dict()
@@ -153,12 +165,8 @@ class Driver:
         timed_ar = trial is not None and "ar" in self.spec.baselines
         control = baseline_config(self.spec, "ar").to_dict() if timed_ar else None
         number = trial.number if trial else -1
-        shards = [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control, batch)
-                  for i in range(0, len(indices), size)]
-        job = Job(key, label, candidate, shards, trial)
-        self.jobs[key] = job
-        self.queue.add(job)
-        return job
+        return [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control, batch)
+                for i in range(0, len(indices), size)]
 
     def _submit(self, worker: int, shard: Shard):
         prompts = self.prompts[shard.pair]
@@ -215,11 +223,22 @@ class Driver:
     def _finish_trial(self, job: Job) -> None:
         trial = job.trial
         tags = {"specsweep.trial": str(trial.number)}
+        stopped = None
         if job.error is None:
             results = list(job.results.values())
+            records = shard_records(results)
+            if self.race is not None:
+                after = self.race.after(trial.number, records)
+                if after is not None and after > len(records):  # the next rung: its new prompts only
+                    job.shards += self._shards(job.candidate, trial, len(records), after)
+                    self.jobs[job.key] = job
+                    self.queue.add(job)
+                    self.progress.rungs += 1
+                    return
+                stopped = after
+                self.race.keep(trial, records)
             ar = self.baselines.get(job.candidate.pair, {}).get(("ar", job.candidate.batch_size))
             metrics, control = trial_outcome(results, ar, self.spec.search.seed)
-            records = shard_records(results)
             self.decode_s += sum(r["wall_s"] for r in records)
             if control:
                 trial.set_user_attr("control", control)
@@ -235,8 +254,15 @@ class Driver:
             trial.set_user_attr("metrics", metrics)
             if self.spec.constraints:
                 trial.set_user_attr("constraints", constraint_values(metrics, self.spec.constraints))
-            self._log(job, metrics, tags, records, "FINISHED")
-            self.study.tell(trial, [metrics[m] for m in self.spec.objectives])
+            if stopped is not None:  # dominated (or infeasible) on the prompts so far: never on a frontier
+                tags.update({"specsweep.racing": "stopped", "specsweep.rung": str(stopped)})
+                trial.set_user_attr(STOPPED, stopped)
+                self._log(job, metrics, tags, records, "FINISHED")
+                self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                self.progress.stopped += 1
+            else:
+                self._log(job, metrics, tags, records, "FINISHED")
+                self.study.tell(trial, [metrics[m] for m in self.spec.objectives])
         self.progress.finished += 1
         self.progress.frontier = len(frontier_trials(self.study, self.spec))
 
@@ -261,9 +287,13 @@ class Driver:
         self.study.set_user_attr("tracking_uri", self.tracking_uri)
         self.tracker.start_background()
         requeue_interrupted(self.study)
+        self.race = Race(self.spec, len(self.examples)) if self.spec.search.racing else None
+        if self.race:
+            self.race.load(self.study)
         done = finished_trials(self.study)
         self.progress = Progress(self.target, finished=len(done))
         self.progress.failed = sum(t.state == optuna.trial.TrialState.FAIL for t in done)
+        self.progress.stopped = sum(STOPPED in t.user_attrs for t in done)
         previous = {signal.getsignal(signal.SIGTERM)}
         signal.signal(signal.SIGTERM, _raise_interrupt)
         self.started = time.time()

@@ -58,19 +58,20 @@ def guided_start(spec: SweepSpec, space: list[dict], tried: set, budget: int) ->
 
 
 def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Complete and failed trials, not counting the interrupted (they are asked again)."""
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return [t for t in study.get_trials(deepcopy=False, states=states) if not t.user_attrs.get("interrupted")]
+    """Complete, failed and racing-stopped trials, not counting the interrupted (they are
+    asked again) or the pruned duplicates."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if not t.user_attrs.get("interrupted")
+            and (t.state != optuna.trial.TrialState.PRUNED or "racing_stopped" in t.user_attrs)]
 
 
 def tried_keys(study: optuna.Study, exclude: int = -1) -> set:
-    """params_key of every configuration finished, failed or in flight (interrupted ones are
-    asked again), other than trial `exclude`'s."""
+    """params_key of every configuration finished, failed, stopped by racing or in flight
+    (interrupted ones are asked again), other than trial `exclude`'s."""
     from orchestrator.sweep.space import params_key
 
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
-    return {params_key(t.params) for t in study.get_trials(deepcopy=False, states=states)
-            if not t.user_attrs.get("interrupted") and t.number != exclude}
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return {params_key(t.params) for t in finished_trials(study) + running if t.number != exclude}
 
 
 def remaining_grid(study: optuna.Study, space: list[dict]) -> tuple[list[dict], int]:

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.metrics import TRIAL_METRICS
+from orchestrator.analysis.racing import COLUMNS as RACED
 from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.kinds import allows_schedule
 from workloads.models.pair import PairError, pair_kind
@@ -104,6 +105,14 @@ class RangeSpec(_Strict):
         return [int(round(v)) for v in out] if ints else [round(v, 10) for v in out]
 
 
+class RacingSpec(_Strict):
+    """Race candidates on growing prompt sets (orchestrator/analysis/racing.py)."""
+
+    start: int = Field(16, ge=1)  # prompts of the first rung
+    factor: float = Field(2.0, gt=1.0, allow_inf_nan=False)  # growth of the prompt set per rung
+    alpha: float = Field(0.01, gt=0.0, lt=0.5)  # error rate of one comparison
+
+
 class SearchSpec(_Strict):
     sampler: Literal["grid", "random", "tpe", "nsga2", "gp"] = "tpe"
     trials: int = Field(20, ge=1)
@@ -111,6 +120,7 @@ class SearchSpec(_Strict):
     seed: int = Field(0, ge=0, le=2**32 - 1)  # what Optuna's samplers accept
     storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
     guide: str | None = None  # calibration JSON (`model calibrate`): enqueue the predicted frontier first
+    racing: RacingSpec | None = None  # stop candidates early once dominated (None: every prompt)
 
 
 class TrackingSpec(_Strict):
@@ -248,6 +258,13 @@ def _check_space(spec: SweepSpec) -> None:
                 raise SpecError(f"spec: space.{key}: {err}") from None
             except TypeError:
                 raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
+    if spec.search.racing is not None:
+        summed = [m for m in spec.objectives if m not in RACED]
+        if summed:
+            raise SpecError(f"spec: search.racing: objective {summed[0]} is not a sum over prompts; race on "
+                            f"{', '.join(RACED)}")
+        if any(b != 1 for b in dims.get("batch_size", [1])):
+            raise SpecError("spec: search.racing: races at batch size 1 only (space.batch_size)")
     kinds = set(spec.pair_kinds.values())
     if any(not any(allows_schedule(k, s) for k in kinds) for s in dims.get("schedule", [])):
         raise SpecError("spec: space.schedule: quadratic needs a dual-mode pair (a pair with `model:`)")

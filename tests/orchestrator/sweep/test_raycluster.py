@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.sweep import raycluster
 
-# Sends itself SIGINT as soon as Ray's dashboard agent exists (Ray spawns it mid-`ray.init`),
-# then reports whether the init had finished.
+# Sends itself SIGINT as soon as a process of its Ray session exists (Ray spawns them mid-`ray.init`;
+# the first, the GCS server, names the session directory), then reports whether the init had finished.
 INTERRUPTED = textwrap.dedent("""
     import os, signal, threading, time
     from pathlib import Path
@@ -25,7 +25,7 @@ INTERRUPTED = textwrap.dedent("""
                     command = (proc / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"dashboard/agent.py" in command and f"_{os.getpid()}/".encode() in command:
+                if b"/session_" in command and f"_{os.getpid()}/".encode() in command:
                     os.kill(os.getpid(), signal.SIGINT)
                     return
             time.sleep(0.02)

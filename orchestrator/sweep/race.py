@@ -1,0 +1,66 @@
+"""Racing in a live sweep: which prompts a trial decodes next, and whether it stops.
+
+A racing trial runs rung by rung (`analysis.racing.rungs`) on the first prompts of the
+task's fixed order; each rung decodes only its new prompts, as shards the cache keeps, so a
+trial resumed mid-race re-decodes nothing it finished. After a rung the rule of
+`analysis.racing.stop` compares the trial's records with every other trial measured at least
+as far (finished or stopped, this session or an earlier one: their per-prompt columns are
+kept on the study as the `racing` trial attribute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import optuna
+
+from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop
+from orchestrator.sweep.spec import SweepSpec, constraint_terms
+
+STOPPED = "racing_stopped"  # trial attribute: the prompts a stopped trial was measured on
+
+
+@dataclass
+class Race:
+    spec: SweepSpec
+    total: int  # prompts of the task
+    measured: dict[int, list[dict]] = field(default_factory=dict)  # trial number -> records so far
+
+    @property
+    def racing(self) -> Racing:
+        r = self.spec.search.racing
+        return Racing(start=r.start, factor=r.factor, alpha=r.alpha)
+
+    def columns(self) -> list[str]:
+        """The per-prompt columns the objectives and constraints are sums of."""
+        metrics = [*self.spec.objectives, *(m for m, _, _ in constraint_terms(self.spec.constraints))]
+        return sorted({c for m in metrics if m in COLUMNS for c in COLUMNS[m] if c})
+
+    def first(self) -> int:
+        """Prompts of the first rung."""
+        return rungs(self.total, self.racing)[0]
+
+    def after(self, number: int, records: list[dict]) -> int | None:
+        """After a rung of trial `number` (its records so far, in prompt order): the prompt
+        count of its next rung, `len(records)` when it stops, or None when it has them all."""
+        self.measured[number] = records
+        n = len(records)
+        if n >= self.total:
+            return None
+        rivals = [r for k, r in self.measured.items() if k != number]
+        if stop(records, rivals, dict(self.spec.objectives), constraint_terms(self.spec.constraints),
+                self.racing, self.spec.search.seed):
+            return n
+        return next(m for m in rungs(self.total, self.racing) if m > n)
+
+    def keep(self, trial: optuna.Trial, records: list[dict]) -> None:
+        """Keep a trial's per-prompt columns on the study, for racing after a resume."""
+        trial.set_user_attr("racing", {c: [r.get(c) for r in records] for c in ["index", *self.columns()]})
+
+    def load(self, study: optuna.Study) -> None:
+        """The records of every trial an earlier session finished or stopped."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        for t in study.get_trials(deepcopy=False, states=states):
+            kept = t.user_attrs.get("racing")
+            if kept:
+                self.measured[t.number] = [dict(zip(kept, row)) for row in zip(*kept.values())]

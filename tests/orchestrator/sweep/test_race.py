@@ -1,0 +1,89 @@
+"""Racing in a live sweep (real local Ray, real MLflow store): dominated or infeasible
+candidates stop after a rung, are recorded as stopped, and never reach the frontier or an
+export; a race interrupted mid-rung resumes without decoding a finished shard again."""
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator.analysis.export import export_configs
+from orchestrator.analysis.summary import frontier_rows, status_lines
+from orchestrator.sweep.driver import Driver
+from orchestrator.sweep.spec import parse_spec
+from orchestrator.sweep.study import load_sweep
+from orchestrator.sweep.tracking import trial_run_ids
+
+SPEC = {
+    "name": "race",
+    "pairs": ["toy"],
+    "task": {"name": "arith", "limit": 24},
+    "space": {"schedule": ["linear"], "block": [2, 4, 8], "rule": ["lossless", "linear"], "leniency": [1.0],
+              "max_new_tokens": 24},
+    "objectives": {"throughput_tps": "max", "accuracy": "max"},
+    "constraints": ["accuracy >= 0.5"],
+    "search": {"sampler": "grid", "trials": 6, "parallel": 1, "seed": 0,
+               "racing": {"start": 6, "factor": 2, "alpha": 0.05}},
+    "baselines": ["ar"],
+    "cluster": {"slots": 1, "resource": "gpu_slot"},
+}
+
+
+def run(root, on_progress=None, resume=False):
+    driver = Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root, on_progress=on_progress)
+    driver.run(resume=resume)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    root = tmp_path_factory.mktemp("race")
+    return root, run(root)
+
+
+def test_stopped_trials_are_recorded_and_never_reach_the_frontier_or_an_export(raced, tmp_path):
+    root, driver = raced
+    spec, study = load_sweep(root, "race")
+    stopped = [t for t in study.get_trials() if "racing_stopped" in t.user_attrs]
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert stopped and complete and len(stopped) + len(complete) == 6
+    for t in stopped:
+        assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["racing_stopped"] in (6, 12)
+        assert t.user_attrs["metrics"]["prompt_decodes"] == t.user_attrs["racing_stopped"]
+    assert all(t.user_attrs["metrics"]["prompt_decodes"] == 24 for t in complete)
+    client = MlflowClient(driver.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
+    tagged = {int(r.data.tags["specsweep.trial"]): r.data.tags.get("specsweep.rung") for r in runs
+              if r.data.tags.get("specsweep.racing") == "stopped"}
+    assert tagged == {t.number: str(t.user_attrs["racing_stopped"]) for t in stopped}
+    rows = frontier_rows(spec, study, trial_run_ids(study))
+    assert rows and not {r["trial"] for r in rows} & {t.number for t in stopped}
+    export_configs(spec, study, rows, tmp_path)
+    exported = {yaml.safe_load(p.read_text())["provenance"]["trial"] for p in tmp_path.glob("trial*.yaml")}
+    assert exported and not exported & {t.number for t in stopped}
+    lines = status_lines(spec, study)
+    assert any(line.startswith("cost: ") and "prompt-decodes" in line for line in lines)
+
+
+class StopMidRace:
+    """Interrupt once a racing trial has gone past its first rung."""
+
+    def __call__(self, progress):
+        if progress.rungs >= 1 and progress.finished == 0:
+            raise KeyboardInterrupt
+
+
+def test_a_race_interrupted_mid_rung_resumes_without_decoding_a_finished_shard_again(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, on_progress=StopMidRace())
+    shards = tmp_path / ".specsweep" / "race" / "shards"
+    before = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
+    assert before
+    run(tmp_path, resume=True)
+    after = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
+    assert all(after[name] == mtime for name, mtime in before.items())  # read back, never decoded again
+    spec, study = load_sweep(tmp_path, "race")
+    done = [t for t in study.get_trials() if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                          optuna.trial.TrialState.PRUNED)
+            and not t.user_attrs.get("duplicate")]
+    assert len({tuple(sorted(t.params.items())) for t in done}) == 6
