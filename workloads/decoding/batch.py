@@ -30,18 +30,20 @@ class Call:
     row: int
     request: object
     result: object = None
-    done: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
 class Batch:
-    """The rows of one batch and the calls they wait on."""
+    """The rows of one batch and the calls they wait on. The thread whose call (or whose
+    leaving) completes the set of waiting rows runs the forward itself and wakes only the
+    rows it served, so a call costs no thread switch beyond those rows' own."""
 
     size: int
     live: int = -1
     waiting: list[Call] = field(default_factory=list)
     failed: BaseException | None = None
-    lock: threading.Condition = field(default_factory=threading.Condition)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
         if self.live < 0:
@@ -51,65 +53,76 @@ class Batch:
         """Queue `request` on `network` for `row` and wait for its result."""
         call = Call(network, row, request)
         with self.lock:
+            if self.failed is not None:
+                raise Aborted("another row of the batch failed") from self.failed
             self.waiting.append(call)
-            while not call.done:
-                if self.failed is not None:
-                    raise Aborted("another row of the batch failed") from self.failed
-                if len(self.waiting) == self.live:
-                    self._run()
-                else:
-                    self.lock.wait()
+            self._run_ready()
+        call.ready.wait()
+        if call.result is None:  # woken by `_abort`
+            raise Aborted("another row of the batch failed") from self.failed
         return call.result
 
-    def _run(self) -> None:
-        """Run the calls of the network most rows wait on (the earliest queued among ties)."""
-        counts: dict[int, int] = {}
-        for c in self.waiting:
-            counts[id(c.network)] = counts.get(id(c.network), 0) + 1
-        chosen = max(self.waiting, key=lambda c: counts[id(c.network)]).network
-        # in row order, the order of the network's cache: a call over every row needs no copy
-        group = sorted((c for c in self.waiting if c.network is chosen), key=lambda c: c.row)
-        try:
-            results = chosen.run(group)
-        except BaseException as error:
-            self.failed = error
-            self.lock.notify_all()
-            raise
-        for c, result in zip(group, results):
-            c.result, c.done = result, True
-        self.waiting = [c for c in self.waiting if not c.done]
-        self.lock.notify_all()
+    def _run_ready(self) -> None:
+        """While every live row waits, run the calls of the network most rows wait on (the
+        earliest queued among ties); the caller holds the lock."""
+        while self.waiting and len(self.waiting) == self.live:
+            counts: dict[int, int] = {}
+            for c in self.waiting:
+                counts[id(c.network)] = counts.get(id(c.network), 0) + 1
+            chosen = max(self.waiting, key=lambda c: counts[id(c.network)]).network
+            # in row order, the order of the network's cache: a call over every row needs no copy
+            group = sorted((c for c in self.waiting if c.network is chosen), key=lambda c: c.row)
+            self.waiting = [c for c in self.waiting if c.network is not chosen]
+            try:
+                results = chosen.run(group)
+            except BaseException as error:
+                self._abort(error, group)
+                raise
+            for c, result in zip(group, results):
+                c.result = result
+                c.ready.set()
 
     def leave(self, row: int, networks: list) -> None:
-        """`row` has finished (or failed): release its slots; a waiting row may now be the last."""
+        """`row` has finished (or failed): release its slots; if every other row now waits,
+        run their calls here."""
         with self.lock:
             self.live -= 1
             for network in networks:
                 network.release(row)
-            self.lock.notify_all()
+            if self.failed is None:
+                self._run_ready()
 
     def fail(self, error: BaseException) -> None:
         with self.lock:
-            if self.failed is None:
-                self.failed = error
-            self.lock.notify_all()
+            self._abort(error, [])
+
+    def _abort(self, error: BaseException, group: list[Call]) -> None:
+        """Stop the batch: every waiting row (and `group`, whose forward failed) is woken to
+        raise Aborted."""
+        if self.failed is None:
+            self.failed = error
+        for c in self.waiting + group:
+            c.ready.set()
+        self.waiting = []
 
 
 def run_rows(batch: Batch, rows: list[Callable[[], None]], networks: list) -> None:
     """Run the row loops `rows` together; re-raises the first row's error."""
     errors: list[BaseException] = []
 
-    def run(row: int) -> None:
+    def guarded(step) -> None:
         try:
-            with torch.inference_mode():
-                rows[row]()
+            with torch.inference_mode():  # grad mode is per thread; so is a forward run on leaving
+                step()
         except Aborted:
             pass
         except BaseException as error:  # the batch stops; the caller gets this row's error
             errors.append(error)
             batch.fail(error)
-        finally:
-            batch.leave(row, networks)
+
+    def run(row: int) -> None:
+        guarded(rows[row])
+        guarded(lambda: batch.leave(row, networks))
 
     if len(rows) == 1:
         run(0)

@@ -35,18 +35,32 @@ def run(root, on_progress=None, resume=False):
     return driver
 
 
+class StopMidRace:
+    """Interrupt once a racing trial has gone past its first rung."""
+
+    def __call__(self, progress):
+        if progress.rungs >= 1 and progress.finished == 0:
+            raise KeyboardInterrupt
+
+
 @pytest.fixture(scope="module")
 def raced(tmp_path_factory):
+    """A racing sweep interrupted mid-rung, then resumed: (root, the resumed driver, the shard
+    cache's files and modification times at the interrupt)."""
     root = tmp_path_factory.mktemp("race")
-    return root, run(root)
+    with pytest.raises(KeyboardInterrupt):
+        run(root, on_progress=StopMidRace())
+    shards = root / ".specsweep" / "race" / "shards"
+    before = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
+    return root, run(root, resume=True), before
 
 
 def test_stopped_trials_are_recorded_and_never_reach_the_frontier_or_an_export(raced, tmp_path):
-    root, driver = raced
+    root, driver, _ = raced
     spec, study = load_sweep(root, "race")
     stopped = [t for t in study.get_trials() if "racing_stopped" in t.user_attrs]
     complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-    assert stopped and complete and len(stopped) + len(complete) == 6
+    assert stopped and complete and len(stopped) + len(complete) == 6  # the interrupted one asked again
     for t in stopped:
         assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["racing_stopped"] in (6, 12)
         assert t.user_attrs["metrics"]["prompt_decodes"] == t.user_attrs["racing_stopped"]
@@ -65,24 +79,13 @@ def test_stopped_trials_are_recorded_and_never_reach_the_frontier_or_an_export(r
     assert any(line.startswith("cost: ") and "prompt-decodes" in line for line in lines)
 
 
-class StopMidRace:
-    """Interrupt once a racing trial has gone past its first rung."""
-
-    def __call__(self, progress):
-        if progress.rungs >= 1 and progress.finished == 0:
-            raise KeyboardInterrupt
-
-
-def test_a_race_interrupted_mid_rung_resumes_without_decoding_a_finished_shard_again(tmp_path):
-    with pytest.raises(KeyboardInterrupt):
-        run(tmp_path, on_progress=StopMidRace())
-    shards = tmp_path / ".specsweep" / "race" / "shards"
-    before = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
+def test_a_race_interrupted_mid_rung_resumes_without_decoding_a_finished_shard_again(raced):
+    root, _, before = raced
     assert before
-    run(tmp_path, resume=True)
-    after = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
+    after = {p.name: p.stat().st_mtime_ns for p in (root / ".specsweep" / "race" / "shards").iterdir()}
     assert all(after[name] == mtime for name, mtime in before.items())  # read back, never decoded again
-    spec, study = load_sweep(tmp_path, "race")
+    spec, study = load_sweep(root, "race")
+    assert any(t.user_attrs.get("interrupted") for t in study.get_trials())
     done = [t for t in study.get_trials() if t.state in (optuna.trial.TrialState.COMPLETE,
                                                           optuna.trial.TrialState.PRUNED)
             and not t.user_attrs.get("duplicate")]

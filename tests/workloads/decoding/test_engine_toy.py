@@ -14,7 +14,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def prompts():
-    return [e.prompt for e in get_task("arith").examples("test", n=50, seed=1)]
+    return [e.prompt for e in get_task("arith").examples("test", n=30, seed=1)]
 
 
 @pytest.fixture(scope="module")
