@@ -69,6 +69,16 @@ def hypervolume_against(spec, study, points, reference: str, batch_size: int = 1
     return hypervolume(points, directions, ref), f"{pair} ar baseline {ref}"
 
 
+def sweep_cost(study) -> dict[str, float]:
+    """What a sweep has decoded so far, trials and baselines: prompt-decodes, decode wall
+    time, and the prompt-decodes of trials racing stopped."""
+    trials = study.get_trials(deepcopy=False)
+    costs = [t.user_attrs.get("metrics", {}) for t in trials] + list(baselines(study).values())
+    return {"prompt_decodes": float(sum(m.get("prompt_decodes", 0) for m in costs)),
+            "decode_s": float(sum(m.get("decode_s", 0) for m in costs)),
+            "stopped_prompt_decodes": float(sum(t.user_attrs.get("racing_stopped", 0) for t in trials))}
+
+
 def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) -> list[str]:
     """`specsweep status`: trial counts by state, baselines, frontier size and hypervolume,
     timing drift, worker hardware, where the MLflow runs are."""
@@ -85,12 +95,10 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} stopped by racing, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
                  f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; target {spec.search.trials}")
-    costs = [t.user_attrs.get("metrics", {}) for t in trials] + list(baselines(study).values())
-    decodes = sum(m.get("prompt_decodes", 0) for m in costs)
-    raced = sum(t.user_attrs["racing_stopped"] for t in stopped)
-    lines.append(f"cost: {decodes:.0f} prompt-decodes, {sum(m.get('decode_s', 0) for m in costs):.1f} s of "
-                 f"decoding (trials and baselines" + (f"; {raced} of them on trials racing stopped)"
-                                                      if stopped else ")"))
+    cost = sweep_cost(study)
+    raced = f"; {cost['stopped_prompt_decodes']:.0f} of them on trials racing stopped" if stopped else ""
+    lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding "
+                 f"(trials and baselines{raced})")
     for (pair, kind, size), metrics in sorted(baselines(study).items()):
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps"))
         lines.append(f"{pair}:{kind}" + (f" at batch size {size}" if size > 1 else "") + f": {shown}")

@@ -329,7 +329,7 @@ class Driver:
         """The sweep's summary on the parent run, which then ends FINISHED (inside the
         interrupt guard, so a Ctrl-C here still leaves nothing RUNNING)."""
         from orchestrator.analysis.plots import sweep_plots
-        from orchestrator.analysis.summary import frontier_rows
+        from orchestrator.analysis.summary import frontier_rows, sweep_cost
         from orchestrator.analysis.timing import flagged, timing_report
 
         self._send_logs()
@@ -344,8 +344,9 @@ class Driver:
         write_atomic(self.dir / "timing.json", json.dumps(report, indent=1))
         self.tracker.attach(self.parent_run, self.dir / "timing.json", "")
         self.tracker.log_sweep_metrics(self.parent_run, {
-            f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
-            for name in ("drift", "baseline_vs_controls") if name in d})
+            **{f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
+               for name in ("drift", "baseline_vs_controls") if name in d},
+            **{f"cost.{name}": value for name, value in sweep_cost(self.study).items()}})
         noisy = sorted(flagged(report))
         if noisy:
             self.tracker.tag_sweep(self.parent_run, "specsweep.timing_flagged", ",".join(map(str, noisy)))
