@@ -152,3 +152,15 @@ def test_drift_reports_first_last_spread_and_outliers():
     assert report["outliers"] == [3]
     assert report["baseline_vs_controls"] == pytest.approx(3.0)
     assert drift([]) == {}
+
+
+def test_batched_records_take_their_speed_from_the_batch():
+    """Two batches of two: throughput = Σ new tokens / Σ batch wall; latency the mean
+    completion time; cost counts prompts and batch time; the paired bootstrap resamples
+    batches, so a baseline at the same batches gives ratio 1."""
+    rs = [{**record(i, w, 10, 1.0), "batch": 2 * (i // 2), "batch_wall_s": bw, "batch_nfe": 5}
+          for i, (w, bw) in enumerate([(1.0, 2.0), (2.0, 2.0), (1.0, 3.0), (3.0, 3.0)])]
+    m = trial_metrics(rs)
+    assert m["throughput_tps"] == 40 / 5 and m["latency_s"] == 7 / 4 and m["time_per_nfe_s"] == 5 / 10
+    assert m["prompt_decodes"] == 4 and m["decode_s"] == 5
+    assert paired_bootstrap(rs, rs)["throughput_ratio"] == pytest.approx(1.0)

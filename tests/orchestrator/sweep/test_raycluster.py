@@ -1,5 +1,6 @@
 """Ray start-up: an interrupted local `ray.init` leaves no Ray process behind."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -53,8 +54,11 @@ def _session_processes(pid: int) -> list[str]:
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reaping reads /proc (Linux)")
 def test_sigint_during_ray_start_leaves_no_ray_process():
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=120)
-    assert out.strip() == "interrupted False"  # the interrupt landed inside ray.init
+    # a fresh local start: no Ray setting an earlier test or the shell left in the environment
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    out, err = proc.communicate(timeout=120)
+    assert out.strip() == "interrupted False", err[-2000:]  # the interrupt landed inside ray.init
     assert _session_processes(proc.pid) == []
 
