@@ -12,6 +12,8 @@ from orchestrator.sweep import raycluster
 
 # Sends itself SIGINT as soon as a process of its Ray session exists (Ray spawns them mid-`ray.init`;
 # the first, the GCS server, names the session directory), then reports whether the init had finished.
+# Ray installs its own SIGINT handler part-way through `ray.init` (it raises SystemExit), so which
+# exception arrives depends on where the signal lands.
 INTERRUPTED = textwrap.dedent("""
     import os, signal, threading, time
     from pathlib import Path
@@ -35,7 +37,7 @@ INTERRUPTED = textwrap.dedent("""
     try:
         raycluster.start(ClusterSpec(slots=1), None)
         time.sleep(30)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):  # once Ray's own handler is installed, SIGINT exits
         print("interrupted", ray.is_initialized(), flush=True)
 """)
 

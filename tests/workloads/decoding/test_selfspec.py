@@ -48,9 +48,9 @@ def toy_self():
 
 @pytest.fixture(scope="module")
 def greedy(toy_self):
-    """Every schedule and B over 50 arith prompts, decoded in batches of 10: (schedule, B) ->
+    """Every schedule and B over 30 arith prompts, decoded in batches of 10: (schedule, B) ->
     results, plus 'ar' decoded one prompt at a time."""
-    prompts = [e.prompt for e in get_task("arith").examples("test", n=50, seed=2)]
+    prompts = [e.prompt for e in get_task("arith").examples("test", n=30, seed=2)]
     runs = {"ar": [decode(toy_self, p, DecodeConfig(schedule="ar", max_new_tokens=64)) for p in prompts]}
     for schedule in SCHEDULES:
         for block in BLOCKS:
