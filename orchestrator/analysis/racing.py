@@ -58,6 +58,11 @@ def _values(records: list[dict], metric: str, draws: np.ndarray) -> np.ndarray:
         return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
 
 
+def value(records: list[dict], metric: str) -> float:
+    """`metric` on `records` themselves (no resampling)."""
+    return float(_values(records, metric, np.arange(len(records))[None])[0])
+
+
 def draws(n: int, racing: Racing, seed: int = 0) -> np.ndarray:
     """Resampled prompt positions (R + 1, n), row 0 the observed sample, shared by every
     candidate compared at n prompts so the comparison is paired."""

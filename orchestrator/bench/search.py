@@ -16,7 +16,7 @@ import optuna
 
 from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop
+from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop, value
 from orchestrator.sweep.search import directions, make_sampler, replacement
 from orchestrator.sweep.space import choose_config, config_of, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
@@ -143,17 +143,11 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
         else:
             finished.append((key, spent))
             if trial is not None:
-                study.tell(trial, [values_of(rows, m) for m in objectives])
+                study.tell(trial, [value(rows, m) for m in objectives])
             continue
         if trial is not None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     return Replayed(finished, spent)
-
-
-def values_of(rows: list[dict], metric: str) -> float:
-    top, bottom = COLUMNS[metric]
-    numerator = sum(float(r.get(top) or 0.0) for r in rows)
-    return numerator / (sum(float(r.get(bottom) or 0.0) for r in rows) if bottom else len(rows))
 
 
 def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[dict]], dict[tuple, bool]]:
@@ -192,7 +186,7 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
         raise ValueError(f"--racing: objective {unsummed[0]} is not a sum over prompts; race on "
                          f"{', '.join(COLUMNS)}")
     directions_ = tuple(spec.objectives.values())
-    values = {k: tuple(values_of(r, m) for m in spec.objectives) for k, r in records.items()}
+    values = {k: tuple(value(r, m) for m in spec.objectives) for k, r in records.items()}
     usable = [k for k in records if feasible[k]]
     reference = default_reference([values[k] for k in records], directions_)
     full = hypervolume([values[k] for k in usable], directions_, reference) or 1.0
