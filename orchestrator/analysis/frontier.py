@@ -68,6 +68,11 @@ def tied(points: list[tuple[float, ...]], metrics: list[dict], directions: tuple
     return out
 
 
+def feasible(trial) -> bool:
+    """Whether a trial meets every constraint (stored values <= 0)."""
+    return all(c <= 0 for c in trial.user_attrs.get("constraints", []))
+
+
 def frontier_trials(study, spec, batch_size: int | None = None) -> list:
     """Feasible completed trials that no other feasible trial of the same batch size
     dominates on the objectives: one frontier per batch size (speed at batch 8 is not
@@ -75,7 +80,7 @@ def frontier_trials(study, spec, batch_size: int | None = None) -> list:
     groups: dict[int, list] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         size = stored_batch_size(t)
-        if all(c <= 0 for c in t.user_attrs.get("constraints", [])) and batch_size in (None, size):
+        if feasible(t) and batch_size in (None, size):
             groups.setdefault(size, []).append(t)
     directions, front = tuple(spec.objectives.values()), []
     for trials in groups.values():

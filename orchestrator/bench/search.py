@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 
 from orchestrator.analysis.frontier import default_reference, hypervolume
+from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop, value
 from orchestrator.sweep.search import directions, make_sampler, replacement
@@ -170,7 +171,7 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
         path = client.download_artifacts(runs[t.number], "prompts.jsonl")
         rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
         records[params_key(t.params)] = sorted(rows, key=lambda r: r["index"])
-        feasible[params_key(t.params)] = all(c <= 0 for c in t.user_attrs.get("constraints", []))
+        feasible[params_key(t.params)] = meets_constraints(t)
     return spec, records, feasible
 
 

@@ -110,12 +110,11 @@ class SlotCache:
         seen = self.valid.any(0).nonzero()
         end = int(seen.max()) + 1 if seen.numel() else 0
         if end < self.valid.shape[1]:
-            self._slice(torch.arange(end))
+            self._slice(end)
         if self.valid.numel() and 1 - self.valid.float().mean().item() > self.slack:
             self._compact()
 
-    def _slice(self, columns: torch.Tensor) -> None:
-        end = columns.numel()
+    def _slice(self, end: int) -> None:
         for layer in self.cache.layers:
             layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
         self.valid = self.valid[:, :end]
