@@ -23,12 +23,6 @@ def causal(n: int) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool).tril()
 
 
-def rows_after_cache(past: int, visible: torch.Tensor) -> torch.Tensor:
-    """(q, past + q) bool: every row sees the whole cache, then `visible` (q, q) among rows."""
-    q = visible.shape[0]
-    return torch.cat([torch.ones(q, past, dtype=torch.bool), visible], dim=1)
-
-
 def packed(verify: int, regions: list[tuple[int, int]]) -> torch.Tensor:
     """(q, q) bool visibility of a self-speculative call (paper 2610.33379, Appendix D.1):
     `verify` causal rows, then one proposal region per (h, size): `size` rows that see the
