@@ -1,8 +1,9 @@
 """The sweep driver: Optuna ask/tell over the joint space, shards on Ray workers, MLflow.
 
 Flow: validate the spec; open (or resume) the sweep state in `<root>/.specsweep/<name>/`
-(Optuna journal, shard cache, unsent MLflow logs); start the workers; run the baselines of
-every pair; then keep `search.parallel` trials in flight, each split into one shard per
+(Optuna journal, shard cache, unsent MLflow logs); start the workers and, while they load
+their models, the MLflow parent run (so a sweep whose Ray start fails leaves no run); run the
+baselines of every pair; then keep `search.parallel` trials in flight, each split into one shard per
 eligible worker, until `search.trials` trials have finished (or the grid is exhausted).
 
 Faults: a shard whose worker died is queued again (preferably for another worker) and Ray
@@ -30,13 +31,12 @@ import ray
 
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import trial_metrics
-from orchestrator.files import write_atomic
 from orchestrator.stored import baseline_key
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
 from orchestrator.sweep.prompts import pair_prompts
 from orchestrator.sweep.race import STOPPED, Race
-from orchestrator.sweep.runs import VIEW, frontier_table, shared_view, trial_log, write_frontier
+from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
 from orchestrator.sweep.shards import Job, ShardQueue
 from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, choose_config, grid, params_key
@@ -91,7 +91,7 @@ class Driver:
         self.on_progress = on_progress or (lambda p: None)
         self.jobs: dict[str, Job] = {}
         self.lock = StateLock(root, spec.name)
-        self.decode_s = 0.0  # Σ wall_s of the decodes of finished trials
+        self.decode_s = 0.0  # Σ batch wall of the decodes of finished trials
         self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
 
     # -- setup -------------------------------------------------------------------------------
@@ -121,7 +121,8 @@ class Driver:
             self.lock.release()
             raise
 
-    def _start_workers(self) -> None:
+    def _start_workers(self) -> list:
+        """Create one actor per slot and send each its pairs to load; returns the load calls."""
         slots = raycluster.slot_count(self.spec.cluster)
         self.serves = serving([p.name for p in self.spec.pairs], slots, self.spec.cluster.placement)
         envs = {p.name: p.runtime_env for p in self.spec.pairs}
@@ -129,7 +130,25 @@ class Driver:
         self.workers = start_workers(
             [envs[self.serves[i][0]] if len(self.serves[i]) == 1 else None for i in range(slots)],
             self.spec.cluster.resource, specs, self.spec.task.name, self.spec.search.seed)
-        ray.get([w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)])
+        return [w.load.remote(self.serves[i]) for i, w in enumerate(self.workers)]
+
+    def _open_tracking(self) -> None:
+        self.tracker = Tracker(
+            self.tracking_uri,
+            self.spec.tracking.experiment or self.spec.name,
+            self.root / ".specsweep" / "artifacts",
+            self.dir / "mlflow-pending.jsonl",
+        )
+        self.tracker.set_view(VIEW, shared_view(self.spec))
+        self.parent_run = self.tracker.start_sweep(
+            self.spec.name, self.spec_yaml, self.study.user_attrs.get("parent_run")
+        )
+        self.study.set_user_attr("parent_run", self.parent_run)
+        self.study.set_user_attr("tracking_uri", self.tracking_uri)
+        self.tracker.start_background()
+
+    def _await_workers(self, loading: list) -> None:
+        ray.get(loading)
         self.worker_info = ray.get([w.info.remote() for w in self.workers])
         kinds = [json.loads(k) for k in sorted({json.dumps(i["hardware"], sort_keys=True)
                                                 for i in self.worker_info})]
@@ -239,7 +258,7 @@ class Driver:
                 self.race.keep(trial, records)
             ar = self.baselines.get(job.candidate.pair, {}).get(("ar", job.candidate.batch_size))
             metrics, control = trial_outcome(results, ar, self.spec.search.seed)
-            self.decode_s += sum(r["wall_s"] for r in records)
+            self.decode_s += metrics["decode_s"]
             if control:
                 trial.set_user_attr("control", control)
             missing = [m for m in self.spec.objectives if m not in metrics]
@@ -273,19 +292,6 @@ class Driver:
             self.prepare(resume, fresh)
         self.kinds = self.spec.pair_kinds
         self.study = open_study(self.dir, self.spec)
-        self.tracker = Tracker(
-            self.tracking_uri,
-            self.spec.tracking.experiment or self.spec.name,
-            self.root / ".specsweep" / "artifacts",
-            self.dir / "mlflow-pending.jsonl",
-        )
-        self.tracker.set_view(VIEW, shared_view(self.spec))
-        self.parent_run = self.tracker.start_sweep(
-            self.spec.name, self.spec_yaml, self.study.user_attrs.get("parent_run")
-        )
-        self.study.set_user_attr("parent_run", self.parent_run)
-        self.study.set_user_attr("tracking_uri", self.tracking_uri)
-        self.tracker.start_background()
         requeue_interrupted(self.study)
         self.race = Race(self.spec, len(self.examples)) if self.spec.search.racing else None
         if self.race:
@@ -294,14 +300,19 @@ class Driver:
         self.progress = Progress(self.target, finished=len(done))
         self.progress.failed = sum(t.state == optuna.trial.TrialState.FAIL for t in done)
         self.progress.stopped = sum(STOPPED in t.user_attrs for t in done)
+        self.tracker, self.parent_run = None, None
         previous = {signal.getsignal(signal.SIGTERM)}
         signal.signal(signal.SIGTERM, _raise_interrupt)
         self.started = time.time()
         try:
             raycluster.start(self.spec.cluster, self.ray_address)
-            self._start_workers()
+            loading = self._start_workers()
+            self._open_tracking()  # while the workers load their models
+            self._await_workers(loading)
             self._run_baselines()
+            start = time.perf_counter()
             self._run_trials()
+            self.trials_s = time.perf_counter() - start
             self._finish()
         except KeyboardInterrupt:
             self._interrupt()
@@ -311,7 +322,8 @@ class Driver:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous.pop())
-            self._send_logs()
+            if self.tracker is not None:
+                self._send_logs()
             if ray.is_initialized():
                 ray.shutdown()
             self.lock.release()
@@ -328,28 +340,8 @@ class Driver:
     def _finish(self) -> None:
         """The sweep's summary on the parent run, which then ends FINISHED (inside the
         interrupt guard, so a Ctrl-C here still leaves nothing RUNNING)."""
-        from orchestrator.analysis.plots import sweep_plots
-        from orchestrator.analysis.summary import frontier_rows, sweep_cost
-        from orchestrator.analysis.timing import flagged, timing_report
-
         self._send_logs()
-        for path in sweep_plots(self.spec, self.study, self.dir / "plots"):
-            self.tracker.attach(self.parent_run, path, "plots")
-        runs = self.tracker.trial_runs(self.parent_run)
-        rows = frontier_rows(self.spec, self.study, {n: run.info.run_id for n, run in runs.items()})
-        table = frontier_table(self.spec, rows, {n: run.info.run_name for n, run in runs.items()})
-        for path in write_frontier(self.spec, table, self.dir):
-            self.tracker.attach(self.parent_run, path, "")
-        report = timing_report(self.study)
-        write_atomic(self.dir / "timing.json", json.dumps(report, indent=1))
-        self.tracker.attach(self.parent_run, self.dir / "timing.json", "")
-        self.tracker.log_sweep_metrics(self.parent_run, {
-            **{f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
-               for name in ("drift", "baseline_vs_controls") if name in d},
-            **{f"cost.{name}": value for name, value in sweep_cost(self.study).items()}})
-        noisy = sorted(flagged(report))
-        if noisy:
-            self.tracker.tag_sweep(self.parent_run, "specsweep.timing_flagged", ",".join(map(str, noisy)))
+        log_summary(self.tracker, self.parent_run, self.spec, self.study, self.dir)
         self.tracker.end_sweep(self.parent_run, "FINISHED")
 
     def _run_baselines(self) -> None:
@@ -382,13 +374,6 @@ class Driver:
             ready = self.queue.collect(timeout=1.0)
 
     def _run_trials(self) -> None:
-        start = time.perf_counter()
-        try:
-            self._trial_loop()
-        finally:
-            self.trials_s = time.perf_counter() - start
-
-    def _trial_loop(self) -> None:
         if self.spec.search.guide and self.spec.search.sampler != "grid" and not finished_trials(self.study):
             for params in guided_start(self.spec, self._space(), tried_keys(self.study), self.target):
                 self.study.enqueue_trial(params)
@@ -420,6 +405,8 @@ class Driver:
                 job.trial.set_user_attr("interrupted", True)
                 self.study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
         self.jobs.clear()
+        if self.parent_run is None:  # stopped before the sweep's run existed: nothing to end
+            return
         self.tracker.stop_background()
         with contextlib.suppress(TrackingError):  # the error that brought us here says it already
             self.tracker.end_sweep(self.parent_run, status)

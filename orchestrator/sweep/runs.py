@@ -95,6 +95,32 @@ COLUMNS = ("trial", "run", "pair", "batch_size", "schedule", "block", "effort", 
            "tied")
 
 
+def log_summary(tracker, run: str, spec, study, folder: Path) -> None:
+    """The parent run's summary: plots, frontier table, timing report (`folder/timing.json`),
+    drift and cost metrics, and a tag naming the trials whose timing was flagged."""
+    from orchestrator.analysis.plots import sweep_plots
+    from orchestrator.analysis.summary import frontier_rows, sweep_cost
+    from orchestrator.analysis.timing import flagged, timing_report
+
+    for path in sweep_plots(spec, study, folder / "plots"):
+        tracker.attach(run, path, "plots")
+    runs = tracker.trial_runs(run)
+    rows = frontier_rows(spec, study, {n: r.info.run_id for n, r in runs.items()})
+    table = frontier_table(spec, rows, {n: r.info.run_name for n, r in runs.items()})
+    for path in write_frontier(spec, table, folder):
+        tracker.attach(run, path, "")
+    report = timing_report(study)
+    write_atomic(folder / "timing.json", json.dumps(report, indent=1))
+    tracker.attach(run, folder / "timing.json", "")
+    tracker.log_sweep_metrics(run, {
+        **{f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
+           for name in ("drift", "baseline_vs_controls") if name in d},
+        **{f"cost.{name}": value for name, value in sweep_cost(study).items()}})
+    noisy = sorted(flagged(report))
+    if noisy:
+        tracker.tag_sweep(run, "specsweep.timing_flagged", ",".join(map(str, noisy)))
+
+
 def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
     """One flat dict per frontier row (analysis.summary.frontier_rows), objectives as
     columns, for the parent run's CSV and HTML."""
