@@ -128,16 +128,8 @@ class Network:
         if self.own_attention:  # the model's own attention cannot take padding: row by row
             return [self._timed([r], lambda r=r: self.model(input_ids=r.ids.view(1, -1).to(self.device))
                                 .logits, 1, r.ids.shape[0])[0] for r in requests]
-        width = max(r.ids.shape[0] for r in requests)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        positions = torch.zeros(len(rows), width, dtype=torch.long)
-        among = torch.eye(width, dtype=torch.bool).repeat(len(rows), 1, 1)  # padding rows see themselves
-        kept = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, r in enumerate(requests):
-            q = r.ids.shape[0]
-            ids[i, :q], positions[i, :q] = r.ids.cpu(), r.positions.cpu()
-            among[i, :q, :q] = r.visible
-            kept[i, :r.keep] = True
+        ids, positions, among, kept = _padded(requests)
+        width = ids.shape[1]
         if self.prefix_cache:
             cache, valid = self.slots.view(rows)
         else:
@@ -171,6 +163,26 @@ class Network:
 
     def release(self, row: int) -> None:
         self.slots.release(row)
+
+
+def _padded(requests: list[Rows]) -> tuple[torch.Tensor, ...]:
+    """The requests padded to the longest, q: ids and positions (R, Q), visible (R, Q, Q)
+    (a padding row sees itself) and kept (R, Q)."""
+    if len(requests) == 1:  # nothing to pad: batch-1 decoding pays no copies
+        r = requests[0]
+        kept = torch.arange(r.ids.shape[0]) < r.keep
+        return r.ids.cpu().long()[None], r.positions.cpu().long()[None], r.visible[None], kept[None]
+    width = max(r.ids.shape[0] for r in requests)
+    ids = torch.zeros(len(requests), width, dtype=torch.long)
+    positions = torch.zeros(len(requests), width, dtype=torch.long)
+    among = torch.eye(width, dtype=torch.bool).repeat(len(requests), 1, 1)
+    kept = torch.zeros(len(requests), width, dtype=torch.bool)
+    for i, r in enumerate(requests):
+        q = r.ids.shape[0]
+        ids[i, :q], positions[i, :q] = r.ids.cpu(), r.positions.cpu()
+        among[i, :q, :q] = r.visible
+        kept[i, :r.keep] = True
+    return ids, positions, among, kept
 
 
 class CachedModel:

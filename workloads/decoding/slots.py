@@ -39,8 +39,10 @@ class SlotCache:
 
     def view(self, rows: list[int]) -> tuple[DynamicCache, torch.Tensor]:
         """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
-        if rows == self.rows or not self.cache.layers:
-            return self.cache if rows == self.rows else DynamicCache(), self.valid[self._index(rows)]
+        if rows == self.rows:
+            return self.cache, self.valid
+        if not self.cache.layers:
+            return DynamicCache(), self.valid[self._index(rows)]
         index = self._index(rows)
         sub = DynamicCache()
         device_index = index.to(self.cache.layers[0].keys.device)
@@ -53,8 +55,11 @@ class SlotCache:
         (len(rows), S) bool: the new slots each row keeps."""
         if cache is not self.cache:
             self._merge(rows, cache, kept.shape[1])
-        new = torch.zeros(len(self.rows), kept.shape[1], dtype=torch.bool)
-        new[self._index(rows)] = kept
+        if rows == self.rows:
+            new = kept
+        else:
+            new = torch.zeros(len(self.rows), kept.shape[1], dtype=torch.bool)
+            new[self._index(rows)] = kept
         self.valid = torch.cat([self.valid, new], dim=1)
         for row, count in zip(rows, kept.sum(1).tolist()):
             self.lengths[row] += count
@@ -107,11 +112,11 @@ class SlotCache:
 
     def _tidy(self) -> None:
         """Trim slots no row sees from the end; compact when too much is masked."""
-        seen = self.valid.any(0).nonzero()
-        end = int(seen.max()) + 1 if seen.numel() else 0
-        if end < self.valid.shape[1]:
-            self._slice(end)
-        if self.valid.numel() and 1 - self.valid.float().mean().item() > self.slack:
+        if self.valid.shape[1] and not self.valid[:, -1].any():
+            seen = self.valid.any(0).nonzero()
+            self._slice(int(seen.max()) + 1 if seen.numel() else 0)
+        held = sum(self.lengths[r] for r in self.rows)  # = valid.sum(): lengths count each row's valid slots
+        if self.valid.numel() and 1 - held / self.valid.numel() > self.slack:
             self._compact()
 
     def _slice(self, end: int) -> None:
