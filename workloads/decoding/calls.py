@@ -12,8 +12,10 @@ their calls on it, and it runs them as one padded forward over the batch's `Slot
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 from transformers import PreTrainedModel
@@ -21,6 +23,8 @@ from transformers import PreTrainedModel
 from workloads.decoding.batch import Batch, Call
 from workloads.decoding.slots import SlotCache
 from workloads.models.masks import additive, causal
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -126,8 +130,8 @@ class Network:
         requests: list[Rows] = [c.request for c in calls]
         rows = [c.row for c in calls]
         if self.own_attention:  # the model's own attention cannot take padding: row by row
-            return [self._timed([r], lambda r=r: self.model(input_ids=r.ids.view(1, -1).to(self.device))
-                                .logits, 1, r.ids.shape[0])[0] for r in requests]
+            return [timed(self, [r], lambda r=r: self.model(input_ids=r.ids.view(1, -1).to(self.device))
+                          .logits, r.ids.shape[0])[0] for r in requests]
         ids, positions, among, kept = _padded(requests)
         width = ids.shape[1]
         if self.prefix_cache:
@@ -140,7 +144,7 @@ class Network:
                       attention_mask=mask)
         if cache is not None:
             inputs.update(cache=cache, use_cache=True)
-        logits = self._timed(requests, lambda: self.model(**inputs).logits, len(rows), width)
+        logits = timed(self, requests, lambda: self.model(**inputs).logits, width)
         if cache is not None:
             self.slots.commit(rows, cache, kept)
         if self.tap is not None:
@@ -149,20 +153,22 @@ class Network:
                 self.features[rows[i]] = features[i, :r.ids.shape[0]]
         return [logits[i, :r.ids.shape[0]] for i, r in enumerate(requests)]
 
-    def _timed(self, requests: list[Rows], forward, rows: int, width: int) -> torch.Tensor:
-        """Run `forward` over (rows, width) padded rows, counting it on each row's meter
-        (its own rows, the call's time)."""
-        began = requests[0].meter.start(self.device)
-        out = forward()
-        interval = requests[0].meter.mark(self.device, began)
-        for r in requests:
-            r.meter.add(interval, r.ids.shape[0])
-        self.calls += 1
-        self.rows += rows * width
-        return out
-
     def release(self, row: int) -> None:
         self.slots.release(row)
+
+
+def timed(network, requests: list, forward: Callable[[], T], width: int) -> T:
+    """Run `forward` over the requests padded to `width` rows each, counting it on each
+    request's meter (its own rows, the call's time) and on the network (`calls`; `rows`,
+    padding included)."""
+    began = requests[0].meter.start(network.device)
+    out = forward()
+    interval = requests[0].meter.mark(network.device, began)
+    for r in requests:
+        r.meter.add(interval, r.ids.shape[0])
+    network.calls += 1
+    network.rows += len(requests) * width
+    return out
 
 
 def _padded(requests: list[Rows]) -> tuple[torch.Tensor, ...]:

@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 
 from workloads.decoding.acceptance import draw
 from workloads.decoding.batch import Batch, Call
-from workloads.decoding.calls import Meter
+from workloads.decoding.calls import Meter, timed
 from workloads.decoding.drafting import Draft, DraftSettings, slot_logits
 from workloads.decoding.sampling import point_mass
 from workloads.decoding.slots import SlotCache
@@ -119,17 +119,15 @@ class DFlashNetwork:
         cache, valid = self.slots.view(rows)
         allowed = torch.cat([valid[:, None, :].expand(-1, width, -1), among], dim=2)
         ids = ids.to(self.device)
-        began = requests[0].meter.start(self.device)
-        noise = (self.embed(ids) * self.scale).to(self.dtype)
-        hidden = self.model(target_hidden=context, noise_embedding=noise,
-                            position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
-                            attention_mask=additive(allowed, self.dtype).to(self.device))
-        logits = self.model.compute_logits(hidden, self.head)
-        interval = requests[0].meter.mark(self.device, began)
-        for r in requests:
-            r.meter.add(interval, r.ids.shape[0])
-        self.calls += 1
-        self.rows += len(rows) * width
+
+        def forward() -> tuple[torch.Tensor, torch.Tensor]:
+            noise = (self.embed(ids) * self.scale).to(self.dtype)
+            hidden = self.model(target_hidden=context, noise_embedding=noise,
+                                position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
+                                attention_mask=additive(allowed, self.dtype).to(self.device))
+            return self.model.compute_logits(hidden, self.head), hidden
+
+        logits, hidden = timed(self, requests, forward, width)
         self.slots.commit(rows, cache, kept)
         return [(logits[i, :r.ids.shape[0]], hidden[i, :r.ids.shape[0]]) for i, r in enumerate(requests)]
 
