@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shutil
 import signal
 import time
@@ -38,7 +37,7 @@ from orchestrator.sweep.prompts import pair_prompts
 from orchestrator.sweep.race import STOPPED, Race
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
-from orchestrator.sweep.shards import Job, ShardQueue
+from orchestrator.sweep.shards import Job, ShardQueue, split
 from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, choose_config, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, check_runnable
 from orchestrator.sweep.study import (
@@ -54,8 +53,6 @@ from orchestrator.sweep.workers import Shard, serving, start_workers
 from workloads.decoding import is_exact
 from workloads.decoding.kinds import allows_schedule
 from workloads.tasks import get_task
-
-MIN_SHARD = 8  # prompts: smaller trials run whole, several trials side by side instead
 
 
 @dataclass
@@ -176,16 +173,13 @@ class Driver:
         """Shards of the prompts start..end-1 (task order), one per eligible worker, each of whole batches."""
         eligible = [i for i, names in self.serves.items() if candidate.pair in names]
         indices = [e.index for e in self.examples[start:end]]
-        count = max(1, min(len(eligible), len(indices) // MIN_SHARD))
-        batch = candidate.batch_size
-        size = math.ceil(len(indices) / count / batch) * batch  # whole batches, the same at every config
         config = candidate.config.to_dict()
         # a trial's shards time `ar` beside it, so its speed ratio compares like with like
         timed_ar = trial is not None and "ar" in self.spec.baselines
         control = baseline_config(self.spec, "ar").to_dict() if timed_ar else None
         number = trial.number if trial else -1
-        return [Shard(number, candidate.pair, config, tuple(indices[i : i + size]), control, batch)
-                for i in range(0, len(indices), size)]
+        return [Shard(number, candidate.pair, config, tuple(indices[a:b]), control, candidate.batch_size)
+                for a, b in split(len(indices), len(eligible), candidate.batch_size)]
 
     def _submit(self, worker: int, shard: Shard):
         prompts = self.prompts[shard.pair]
@@ -199,10 +193,10 @@ class Driver:
         grid point enqueued instead; None when the whole space has been tried."""
         trial = self.study.ask()
         candidate = choose_config(self.spec, trial.suggest_categorical)
-        if params_key(trial.params) in tried_keys(self.study, exclude=trial.number):
+        tried = tried_keys(self.study, exclude=trial.number)
+        if params_key(trial.params) in tried:
             trial.set_user_attr("duplicate", True)
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            tried = tried_keys(self.study, exclude=trial.number)
             untried = [p for p in self._space() if params_key(p) not in tried]
             if not untried:
                 self.target = self.progress.target = self.progress.finished + len(self.jobs)

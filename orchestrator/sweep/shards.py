@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,16 @@ from orchestrator.sweep.workers import Shard
 MAX_ATTEMPTS = 2  # per shard, for errors raised by the decode itself
 MAX_LOST = 3  # per shard, for workers that died under it
 DEPTH = 2  # shards queued per worker
+MIN_SHARD = 8  # prompts: smaller trials run whole, several trials side by side instead
+
+
+def split(n: int, workers: int, batch: int) -> list[tuple[int, int]]:
+    """(start, end) spans of n prompts, one per worker but none under MIN_SHARD prompts
+    (at least one), each a whole number of batches: size = ⌈n / count / batch⌉ · batch, so
+    every config at one batch size decodes the same batches."""
+    count = max(1, min(workers, n // MIN_SHARD))
+    size = math.ceil(n / count / batch) * batch
+    return [(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 class WorkerLost(Exception):

@@ -1,6 +1,15 @@
 """The shard queue's rules without Ray: fake workers whose calls succeed, raise, or die."""
 
-from orchestrator.sweep.shards import DEPTH, MAX_ATTEMPTS, MAX_LOST, Job, ShardFailed, ShardQueue, WorkerLost
+from orchestrator.sweep.shards import (
+    DEPTH,
+    MAX_ATTEMPTS,
+    MAX_LOST,
+    Job,
+    ShardFailed,
+    ShardQueue,
+    WorkerLost,
+    split,
+)
 from orchestrator.sweep.space import Candidate
 from orchestrator.sweep.workers import Shard
 from workloads.decoding import DecodeConfig
@@ -62,6 +71,14 @@ def drain(q, limit=100):
         if not q.inflight and not q.pending and not q.restarting:
             return done
     raise AssertionError("queue did not drain")
+
+
+def test_split_gives_each_worker_whole_batches_of_at_least_min_shard_prompts():
+    assert split(24, 2, 1) == [(0, 12), (12, 24)]
+    assert split(10, 4, 1) == [(0, 10)]  # two workers would get 5 < MIN_SHARD each
+    assert split(5, 3, 1) == [(0, 5)]
+    assert split(20, 2, 8) == [(0, 16), (16, 20)]  # batches of 8: only the last is short
+    assert split(64, 3, 4) == [(0, 24), (24, 48), (48, 64)]
 
 
 def test_shards_spread_over_workers_at_most_depth_each(tmp_path):
