@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+STOPPED = "racing_stopped"  # trial attribute: the prompts a trial racing stopped was measured on
+
 # metric -> (numerator, denominator) per prompt; a metric is Σ numerator / Σ denominator
 COLUMNS = {
     "accuracy": ("correct", None),
@@ -23,6 +25,14 @@ COLUMNS = {
     "mean_accept_len": ("accepted", "iterations"),
     "overhead_frac": ("overhead_s", "wall_s"),
 }
+
+
+def unsummed(metrics) -> str | None:
+    """Why racing cannot compare on `metrics`: the first that is not a sum over prompts, or None."""
+    for metric in metrics:
+        if metric not in COLUMNS:
+            return f"objective {metric} is not a sum over prompts; race on one of {', '.join(COLUMNS)}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,7 @@ def rungs(total: int, racing: Racing) -> list[int]:
 def _values(records: list[dict], metric: str, draws: np.ndarray) -> np.ndarray:
     """`metric` on each resample of `records` (draws: (R, n) prompt positions) -> (R,)."""
     if metric not in COLUMNS:
-        raise ValueError(f"racing: objective {metric} is not a sum over prompts; race on one of "
-                         f"{', '.join(COLUMNS)}")
+        raise ValueError(f"racing: {unsummed([metric])}")
     top, bottom = COLUMNS[metric]
     numerator = np.array([float(r.get(top) or 0.0) for r in records])[draws].sum(axis=1)
     denominator = (np.array([float(r.get(bottom) or 0.0) for r in records])[draws].sum(axis=1) if bottom

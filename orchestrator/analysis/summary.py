@@ -5,6 +5,7 @@ from __future__ import annotations
 import optuna
 
 from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume, tied
+from orchestrator.analysis.racing import STOPPED
 from orchestrator.analysis.timing import describe, flagged, timing_report
 from orchestrator.stored import baseline, baselines
 from orchestrator.stored import batch_size as stored_batch_size
@@ -76,7 +77,7 @@ def sweep_cost(study) -> dict[str, float]:
     costs = [t.user_attrs.get("metrics", {}) for t in trials] + list(baselines(study).values())
     return {"prompt_decodes": float(sum(m.get("prompt_decodes", 0) for m in costs)),
             "decode_s": float(sum(m.get("decode_s", 0) for m in costs)),
-            "stopped_prompt_decodes": float(sum(t.user_attrs.get("racing_stopped", 0) for t in trials))}
+            "stopped_prompt_decodes": float(sum(t.user_attrs.get(STOPPED, 0) for t in trials))}
 
 
 def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) -> list[str]:
@@ -91,7 +92,7 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     count = {state: sum(t.state == state for t in trials) for state in optuna.trial.TrialState}
     interrupted = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
     S = optuna.trial.TrialState
-    stopped = [t for t in trials if "racing_stopped" in t.user_attrs]
+    stopped = [t for t in trials if STOPPED in t.user_attrs]
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} stopped by racing, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
                  f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; target {spec.search.trials}")

@@ -17,7 +17,7 @@ import optuna
 from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop, value
+from orchestrator.analysis.racing import Racing, rungs, stop, unsummed, value
 from orchestrator.sweep.search import directions, make_sampler, replacement
 from orchestrator.sweep.space import choose_config, config_of, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
@@ -182,10 +182,9 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
     (fraction of the grid's, feasible points only), the recall of the grid's frontier and
     the prompt-decodes spent as a fraction of the grid's, means over seeds."""
     spec, records, feasible = grid_records(root, sweep)
-    unsummed = [m for m in spec.objectives if m not in COLUMNS]
-    if unsummed:
-        raise ValueError(f"--racing: objective {unsummed[0]} is not a sum over prompts; race on "
-                         f"{', '.join(COLUMNS)}")
+    why = unsummed(spec.objectives)
+    if why:
+        raise ValueError(f"--racing: {why}")
     directions_ = tuple(spec.objectives.values())
     values = {k: tuple(value(r, m) for m in spec.objectives) for k, r in records.items()}
     usable = [k for k in records if feasible[k]]

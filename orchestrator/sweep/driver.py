@@ -30,11 +30,12 @@ import ray
 
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import trial_metrics
+from orchestrator.analysis.racing import STOPPED
 from orchestrator.stored import baseline_key
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
 from orchestrator.sweep.prompts import pair_prompts
-from orchestrator.sweep.race import STOPPED, Race
+from orchestrator.sweep.race import Race
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
 from orchestrator.sweep.shards import Job, ShardQueue, split
@@ -270,11 +271,11 @@ class Driver:
             if stopped is not None:  # dominated (or infeasible) on the prompts so far: never on a frontier
                 tags.update({"specsweep.racing": "stopped", "specsweep.rung": str(stopped)})
                 trial.set_user_attr(STOPPED, stopped)
-                self._log(job, metrics, tags, records, "FINISHED")
+            self._log(job, metrics, tags, records, "FINISHED")
+            if stopped is not None:
                 self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 self.progress.stopped += 1
             else:
-                self._log(job, metrics, tags, records, "FINISHED")
                 self.study.tell(trial, [metrics[m] for m in self.spec.objectives])
         self.progress.finished += 1
         self.progress.frontier = len(frontier_trials(self.study, self.spec))

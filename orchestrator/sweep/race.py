@@ -17,8 +17,6 @@ import optuna
 from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
-STOPPED = "racing_stopped"  # trial attribute: the prompts a stopped trial was measured on
-
 
 @dataclass
 class Race:

@@ -8,6 +8,7 @@ import random
 
 import optuna
 
+from orchestrator.analysis.racing import STOPPED
 from orchestrator.sweep.spec import SweepSpec
 
 
@@ -62,7 +63,7 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     asked again) or the pruned duplicates."""
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
     return [t for t in study.get_trials(deepcopy=False, states=states) if not t.user_attrs.get("interrupted")
-            and (t.state != optuna.trial.TrialState.PRUNED or "racing_stopped" in t.user_attrs)]
+            and (t.state != optuna.trial.TrialState.PRUNED or STOPPED in t.user_attrs)]
 
 
 def tried_keys(study: optuna.Study, exclude: int = -1) -> set:

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.metrics import TRIAL_METRICS
-from orchestrator.analysis.racing import COLUMNS as RACED
+from orchestrator.analysis.racing import unsummed
 from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.kinds import allows_schedule
 from workloads.models.pair import PairError, pair_kind
@@ -259,10 +259,9 @@ def _check_space(spec: SweepSpec) -> None:
             except TypeError:
                 raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
     if spec.search.racing is not None:
-        summed = [m for m in spec.objectives if m not in RACED]
-        if summed:
-            raise SpecError(f"spec: search.racing: objective {summed[0]} is not a sum over prompts; race on "
-                            f"{', '.join(RACED)}")
+        why = unsummed(spec.objectives)
+        if why:
+            raise SpecError(f"spec: search.racing: {why}")
         if any(b != 1 for b in dims.get("batch_size", [1])):
             raise SpecError("spec: search.racing: races at batch size 1 only (space.batch_size)")
     kinds = set(spec.pair_kinds.values())
