@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 
 from workloads.decoding.batch import Batch, Call
 from workloads.decoding.slots import SlotCache
-from workloads.models.masks import additive, causal
+from workloads.models.masks import additive, causal, rows_after_slots
 
 T = TypeVar("T")
 
@@ -138,7 +138,7 @@ class Network:
             cache, valid = self.slots.view(rows)
         else:
             cache, valid = None, torch.zeros(len(rows), 0, dtype=torch.bool)
-        allowed = torch.cat([valid[:, None, :].expand(-1, width, -1), among], dim=2)
+        allowed = rows_after_slots(valid, among)
         mask = None if allowed.all() and width == 1 else additive(allowed, self.dtype).to(self.device)
         inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
                       attention_mask=mask)

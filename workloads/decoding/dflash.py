@@ -28,7 +28,7 @@ from workloads.decoding.calls import Meter, timed
 from workloads.decoding.drafting import Draft, DraftSettings, slot_logits
 from workloads.decoding.sampling import point_mass
 from workloads.decoding.slots import SlotCache
-from workloads.models.masks import additive
+from workloads.models.masks import additive, rows_after_slots
 
 
 def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
@@ -117,7 +117,7 @@ class DFlashNetwork:
             among[i, :q, n:n + q] = True
             kept[i, :c] = True
         cache, valid = self.slots.view(rows)
-        allowed = torch.cat([valid[:, None, :].expand(-1, width, -1), among], dim=2)
+        allowed = rows_after_slots(valid, among)
         ids = ids.to(self.device)
 
         def forward() -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,12 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
     return torch.where(allowed, zero, blocked).unsqueeze(1)
 
 
+def rows_after_slots(valid: torch.Tensor, among: torch.Tensor) -> torch.Tensor:
+    """(R, Q, L + K) bool: the Q new rows of batch row r see its valid cache slots valid[r]
+    (L), then among[r] (Q, K) of the call's own columns."""
+    return torch.cat([valid[:, None, :].expand(-1, among.shape[1], -1), among], dim=2)
+
+
 def causal(n: int) -> torch.Tensor:
     """(n, n) bool: row i sees columns 0..i."""
     return torch.ones(n, n, dtype=torch.bool).tril()
