@@ -7,8 +7,9 @@ Rules, in one place (the driver supplies the Ray calls, so they are testable wit
 - up to DEPTH shards are queued per worker, so the next one waits in the worker while the
   driver scores and logs, and a shard goes to the least loaded worker serving its pair;
 - a shard whose worker died is queued again at the front, for another worker if one is
-  free; the dead worker gets nothing until a probe says Ray has restarted it, and one
-  death counts once however many of its calls fail; MAX_LOST deaths fail the job;
+  free; the dead worker gets nothing until a probe says Ray has restarted it; a death
+  counts once against each shard it held (up to DEPTH), and MAX_LOST deaths under one
+  shard fail its job;
 - a shard whose decode raised is retried; MAX_ATTEMPTS failures fail the job (its other
   shards are dropped, and it is handed back once none of them is in flight).
 """
@@ -133,8 +134,10 @@ class ShardQueue:
             try:
                 out = self._fetch(ref)
             except WorkerLost:
-                if worker not in self.restarting:  # one death, however many calls it fails
-                    job.lost[i] = job.lost.get(i, 0) + 1
+                # A death fails every call the worker held (up to DEPTH): each of those shards
+                # lost its worker once, and one probe waits for the restart.
+                job.lost[i] = job.lost.get(i, 0) + 1
+                if worker not in self.restarting:
                     self.restarting[worker] = self._probe_call(worker)
                 if job.lost[i] < MAX_LOST:
                     self.pending.insert(0, (job, i, worker))

@@ -4,6 +4,8 @@ MLflow sqlite store."""
 import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -14,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.sweep.driver import Driver
+from orchestrator.sweep.shards import DEPTH, MIN_SHARD
 from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 
@@ -160,22 +163,43 @@ class KillWorker:
             os.kill(self.driver.worker_info[0]["pid"], signal.SIGKILL)
 
 
-def test_killed_worker_loses_and_duplicates_nothing(tmp_path):
-    data = {**SPEC, "search": {**SPEC["search"], "trials": 4}}
-    spec = parse_spec(data)
-    killer = KillWorker()
-    driver = Driver(spec, yaml.safe_dump(data), tmp_path, on_progress=killer)
-    killer.driver = driver
-    driver.run()
-    assert killer.done
-    complete = driver.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-    assert len(complete) == 4
+class KillBusyWorkers(threading.Thread):
+    """Once a trial has finished, SIGKILL each worker in turn at a moment it holds DEPTH
+    shards in flight (read from the driver's queue while the sweep runs)."""
+
+    def __init__(self, driver):
+        super().__init__(daemon=True)
+        self.driver, self.killed, self.stop = driver, [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set() and len(self.killed) < self.driver.spec.cluster.slots:
+            queue, progress = getattr(self.driver, "queue", None), getattr(self.driver, "progress", None)
+            busy = [w for w, load in (queue.load.items() if queue else ()) if load == DEPTH
+                    and w not in self.killed and w not in queue.restarting]
+            if progress and progress.finished >= 1 and progress.note != "baselines" and busy:
+                os.kill(self.driver.worker_info[busy[0]]["pid"], signal.SIGKILL)
+                self.killed.append(busy[0])
+            time.sleep(0.01)
+
+
+def test_workers_killed_holding_several_shards_lose_and_duplicate_nothing(tmp_path):
+    data = {**SPEC, "pairs": ["toy"], "task": {"name": "arith", "limit": 2 * MIN_SHARD},
+            "search": {**SPEC["search"], "trials": 6}, "baselines": ["ar"]}
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path)
+    killer = KillBusyWorkers(driver)
+    killer.start()
+    try:
+        driver.run()
+    finally:
+        killer.stop.set()
+    assert sorted(killer.killed) == [0, 1]  # both workers died, each holding DEPTH shards
+    trials = [t for t in driver.study.get_trials() if not t.user_attrs.get("duplicate")]
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 6, [
+        t.user_attrs.get("error") for t in trials]
     _, all_runs = runs(driver)
     logged = [int(r.data.tags["specsweep.trial"]) for r in all_runs if "specsweep.trial" in r.data.tags]
-    assert sorted(logged) == [0, 1, 2, 3]
-    for r in all_runs:
-        if "specsweep.trial" in r.data.tags:
-            assert r.info.status == "FINISHED"
+    assert sorted(logged) == [t.number for t in trials]  # none lost, none logged twice
+    assert all(r.info.status == "FINISHED" for r in all_runs)
 
 
 def test_killing_the_only_worker_waits_for_its_restart(tmp_path):

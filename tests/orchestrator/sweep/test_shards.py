@@ -152,6 +152,27 @@ def test_one_death_counts_once_and_max_lost_deaths_fail_the_job(tmp_path):
     assert j.lost == {0: MAX_LOST} and j.error == f"shard 0: its worker died {MAX_LOST} times"
 
 
+def test_a_worker_dying_under_several_shards_requeues_each_of_them(tmp_path):
+    w = Workers({0: ["die"] * DEPTH})  # worker 0 dies holding DEPTH shards
+    q = queue(tmp_path, w)
+    j = job(shards=2 * DEPTH)
+    q.add(j)
+    assert drain(q) == [j] and j.error is None and j.done
+    assert sorted(j.lost) == [0, 2] and set(j.lost.values()) == {1}  # the shards worker 0 held
+    assert sorted(r["records"][0] for r in j.results.values()) == [0, 2, 4, 6]
+
+
+def test_several_workers_dying_with_shards_of_several_jobs_lose_nothing(tmp_path):
+    w = Workers({0: ["die"] * DEPTH, 1: ["ok", "die"], 2: ["die"]}, down=1)
+    q = queue(tmp_path, w, serves={0: ["toy"], 1: ["toy"], 2: ["toy"]})
+    jobs = [job(shards=3), job(shards=2), job(shards=4)]
+    for j in jobs:
+        q.add(j)
+    done = drain(q)
+    assert sorted(map(id, done)) == sorted(map(id, jobs))  # each job handed back once
+    assert all(j.error is None and j.done for j in jobs) and q.restarting == {}
+
+
 def test_a_shard_goes_only_to_workers_that_serve_its_pair(tmp_path):
     w = Workers({})
     q = queue(tmp_path, w, serves={0: ["toy"], 1: ["toy-self"]})
