@@ -8,6 +8,7 @@ above 1): accuracy = Σcorrect/n, throughput_tps = Σnew_tokens/Σwall, and so o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,78 +56,119 @@ def rungs(total: int, racing: Racing) -> list[int]:
     return out + [total]
 
 
-def _values(records: list[dict], metric: str, draws: np.ndarray) -> np.ndarray:
-    """`metric` on each resample of `records` (draws: (R, n) prompt positions) -> (R,)."""
-    if metric not in COLUMNS:
-        raise ValueError(f"racing: {unsummed([metric])}")
-    top, bottom = COLUMNS[metric]
-    numerator = np.array([float(r.get(top) or 0.0) for r in records])[draws].sum(axis=1)
-    denominator = (np.array([float(r.get(bottom) or 0.0) for r in records])[draws].sum(axis=1) if bottom
-                   else np.full(draws.shape[0], float(draws.shape[1])))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
+def _column(records: list[dict], name: str | None) -> np.ndarray:
+    """A per-prompt column (n,); a metric without a denominator divides by the prompt count."""
+    return np.array([float(r.get(name) or 0.0) if name else 1.0 for r in records])
 
 
 def value(records: list[dict], metric: str) -> float:
-    """`metric` on `records` themselves (no resampling)."""
-    return float(_values(records, metric, np.arange(len(records))[None])[0])
+    """`metric` on `records`: Σ top / Σ bottom over the prompts (`COLUMNS`); NaN when the
+    denominator is 0."""
+    if metric not in COLUMNS:
+        raise ValueError(f"racing: {unsummed([metric])}")
+    top, bottom = COLUMNS[metric]
+    denominator = _column(records, bottom).sum()
+    return float(_column(records, top).sum() / denominator) if denominator > 0 else float("nan")
 
 
-def draws(n: int, racing: Racing, seed: int = 0) -> np.ndarray:
-    """Resampled prompt positions (R + 1, n), row 0 the observed sample, shared by every
-    candidate compared at n prompts so the comparison is paired."""
+def flips(n: int, racing: Racing, seed: int = 0) -> np.ndarray:
+    """Swap patterns (S, n) of 0/1 for the paired sign-flip test at n prompts, row 0 the
+    identity: all 2^n patterns when 2^n ≤ racing.resamples (the exact randomisation
+    distribution), else the identity and `resamples` uniform draws (a Monte Carlo p-value,
+    valid at every n). Shared by every comparison at n prompts."""
+    if n < 20 and 2**n <= racing.resamples:
+        return ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(float)
     rng = np.random.default_rng([seed, n])
-    return np.vstack([np.arange(n)[None], rng.integers(0, n, size=(racing.resamples, n))])
+    return np.vstack([np.zeros((1, n)), rng.integers(0, 2, size=(racing.resamples, n))]).astype(float)
+
+
+def better_p(rival: list[dict], candidate: list[dict], metric: str, sign: float,
+             swaps: np.ndarray) -> float | None:
+    """One-sided p-value of "the rival is better on `metric`" from n paired prompts, or None
+    when the two agree on every prompt (nothing to test).
+
+    Statistic: Δ = sign·(M(rival) − M(candidate)), M = Σ top / Σ bottom (`COLUMNS`). Under
+    the null that at each prompt the two records are exchangeable (same law), swapping the
+    pair at any set of prompts leaves the law of the data unchanged, so
+    p = #{s : Δ(s) ≥ Δ(observed)} / S over the swap patterns s (`flips`) gives
+    P(p ≤ α) ≤ α at every n (exactly, when all 2^n patterns are enumerated). With n = 1 the
+    smallest p is 1/2: at α = 0.01 no rival can stop a candidate before 7 prompts. A
+    candidate truly better on the metric makes a large Δ rarer still."""
+    top, bottom = COLUMNS[metric]
+    a_r, a_c = _column(rival, top), _column(candidate, top)
+    b_r, b_c = _column(rival, bottom), _column(candidate, bottom)
+    if np.array_equal(a_r, a_c) and np.array_equal(b_r, b_c):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m_r = (a_r.sum() + swaps @ (a_c - a_r)) / (b_r.sum() + swaps @ (b_c - b_r))
+        m_c = (a_c.sum() + swaps @ (a_r - a_c)) / (b_c.sum() + swaps @ (b_r - b_c))
+    delta = sign * (m_r - m_c)
+    if not np.isfinite(delta).all():
+        return float("nan")
+    # swapped sums round differently from the observed ones: ties within rounding count as ≥
+    tolerance = 1e-9 * max(1.0, float(np.abs(delta).max()))
+    return float(np.mean(delta >= delta[0] - tolerance))
 
 
 def dominated(candidate: list[dict], rival: list[dict], objectives: dict[str, str], racing: Racing,
               seed: int = 0) -> bool:
     """Whether `rival` dominates `candidate` with confidence on their first n shared prompts
-    (n = len(candidate) <= len(rival)).
+    (n = len(candidate) <= len(rival)): for every objective the paired sign-flip test says
+    the rival is better (`better_p` ≤ α) or the two agree on every prompt (the same answers
+    of two lossless configurations count as "not worse"), and for at least one it says better.
 
-    For each objective, Δ = (rival − candidate), signed so that larger is better, over a
-    paired bootstrap of the n prompts; the rival dominates when the lower α-quantile of Δ is
-    ≥ 0 for every objective and > 0 for at least one (exact ties, such as the same answers
-    of two lossless configurations, count as "not worse").
-
-    Error rate: if the candidate is in truth not dominated by the rival, some objective has
-    true Δ < 0 (or every Δ = 0) and its one-sided test rejects with probability ≤ α, so the
-    rule stops it with probability ≤ α (an intersection-union test; percentile bootstrap,
-    asymptotically). A candidate compared with m rivals over k rungs is stopped wrongly with
-    probability ≤ m·k·α (union bound).
+    Error rate: if the candidate is in truth not dominated, some objective on which the two
+    differ is not better for the rival (an intersection-union test), and its test rejects
+    with probability ≤ α, so the rule stops the candidate with probability ≤ α, at every n.
+    A candidate compared with m rivals over k rungs is stopped wrongly with probability
+    ≤ m·k·α (union bound).
     """
     n = len(candidate)
     if n == 0 or len(rival) < n:
         return False
-    picks = draws(n, racing, seed)
+    swaps = flips(n, racing, seed)
     better = False
     for metric, direction in objectives.items():
-        sign = 1.0 if direction == "max" else -1.0
-        delta = sign * (_values(rival[:n], metric, picks) - _values(candidate, metric, picks))
-        if np.isnan(delta).any():
+        if metric not in COLUMNS:
+            raise ValueError(f"racing: {unsummed([metric])}")
+        p = better_p(rival[:n], candidate, metric, 1.0 if direction == "max" else -1.0, swaps)
+        if p is None:
+            continue
+        if not p <= racing.alpha:  # NaN (an empty denominator) never stops
             return False
-        low = float(np.quantile(delta[1:], racing.alpha))
-        if low < 0:
-            return False
-        better = better or low > 0
+        better = True
     return better
+
+
+def binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
+    """P(X ≤ k) (or P(X ≥ k) when `upper`) for X ~ Binomial(n, p):
+    Σ_j C(n, j)·p^j·(1 − p)^(n−j) over j ≤ k (j ≥ k), summed in log space."""
+    if p <= 0.0 or p >= 1.0:  # X is certain: 0 or n
+        x = 0 if p <= 0.0 else n
+        return float(x >= k if upper else x <= k)
+    js = range(k, n + 1) if upper else range(0, k + 1)
+    logs = [math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+            + j * math.log(p) + (n - j) * math.log1p(-p) for j in js]
+    top = max(logs, default=-math.inf)
+    return 0.0 if top == -math.inf else min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
 
 
 def infeasible(candidate: list[dict], constraints: list[tuple[str, str, float]], racing: Racing,
                seed: int = 0) -> bool:
-    """Whether some constraint `metric op bound` fails with confidence: the upper α-quantile
-    of the metric below the bound for `>=` (the lower above it for `<=`). Error rate ≤ α per
-    constraint, as for `dominated`."""
-    if not candidate:
-        return False
-    picks = draws(len(candidate), racing, seed)
+    """Whether some constraint `metric op bound` fails with confidence. Racing tests only
+    constraints on a share of prompts (a metric whose per-prompt value is 0 or 1 over the
+    prompt count, such as accuracy), with the exact binomial test: for `>= bound`, k right
+    of n stops when P(X ≤ k) ≤ α for X ~ Binomial(n, bound) (`<=`: P(X ≥ k) ≤ α); error rate
+    ≤ α per constraint at every n. A constraint on any other metric has no small-sample test
+    that holds whatever the law of its prompts, so it never stops a race: the finished
+    trial's value decides it."""
+    n = len(candidate)
     for metric, op, bound in constraints:
-        values = _values(candidate, metric, picks)[1:]
-        if np.isnan(values).any():
+        top, bottom = COLUMNS.get(metric, (None, None))
+        counts = _column(candidate, top) if top else None
+        if not n or bottom or counts is None or not np.isin(counts, (0.0, 1.0)).all():
             continue
-        if op == ">=" and float(np.quantile(values, 1 - racing.alpha)) < bound:
-            return True
-        if op == "<=" and float(np.quantile(values, racing.alpha)) > bound:
+        if binomial_tail(int(counts.sum()), n, bound, upper=op == "<=") <= racing.alpha:
             return True
     return False
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ import optuna
 import yaml
 
 from orchestrator.files import write_atomic
-from orchestrator.sweep.search import directions, make_sampler
+from orchestrator.sweep.search import directions, make_sampler, tried_keys
 from orchestrator.sweep.spec import SweepSpec, parse_spec
 
 
@@ -87,9 +88,36 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
     if not (path / "spec.yaml").is_file():
         raise SweepError(f"sweep {name!r}: no state in {path} (run it first: specsweep run SPEC)")
     spec = parse_spec(yaml.safe_load((path / "spec.yaml").read_text()), str(path / "spec.yaml"))
+    journal = path / "study.journal"
+    if spec.search.storage is None and journal.is_file() and journal.stat().st_size == 0:
+        raise SweepError(f"sweep {name!r}: its study journal {journal} is empty (0 bytes: no study "
+                         "recorded); start over with specsweep run SPEC --fresh")
     if not study_exists(path, spec):
         raise SweepError(f"sweep {name!r}: no study in its storage (run it first: specsweep run SPEC)")
-    return spec, open_study(path, spec, create=False)
+    try:
+        return spec, open_study(path, spec, create=False)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # a record Optuna cannot replay
+        if spec.search.storage is not None:
+            raise
+        raise SweepError(f"sweep {name!r}: its study journal {journal} is damaged: "
+                         f"{journal_damage(journal) or f'its records do not replay ({err!r})'}") from None
+
+
+def journal_damage(journal: Path) -> str | None:
+    """The first whole line of a journal that is not a JSON record (`line 4 is not a journal
+    record`), or None; a last line cut short is `journal_cut`'s and not damage."""
+    with open(journal, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                return None
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or "op_code" not in record:
+                shown = line.rstrip()[:40].decode(errors="replace")
+                return f"line {number} is not a journal record ({shown!r})"
+    return None
 
 
 RESUMABLE = ("search.trials", "search.parallel", "cluster")  # what a resumed sweep may change
@@ -164,6 +192,11 @@ def open_state(path: Path, spec: SweepSpec, spec_yaml: str, resume: bool, fresh:
     state directory, its shard cache and the spec it ran with."""
     if resume:
         check_resumable(path, spec)
+        journal = path / "study.journal"
+        if spec.search.storage is None and journal.is_file() and journal.stat().st_size == 0:
+            # resuming would start a new study beside the sweep's MLflow runs, logging each again
+            raise SweepError(f"sweep {spec.name!r}: its study journal {journal} is empty (the study is "
+                             "lost); start over with --fresh")
         # the trial whose record was cut shows as running: it is asked again, from the cache
         repair_journal(path)
     if fresh and study_exists(path, spec) and spec.search.storage:
@@ -182,9 +215,21 @@ def open_state(path: Path, spec: SweepSpec, spec_yaml: str, resume: bool, fresh:
 
 
 def requeue_interrupted(study: optuna.Study) -> None:
-    """Trials left RUNNING by a killed session: mark them failed-interrupted and ask
-    their configuration again (its finished shards come from the cache)."""
+    """Ask interrupted configurations again.
+
+    Trials left RUNNING by a killed session are first marked failed-interrupted (a Ctrl-C
+    marks its own). Then every interrupted trial's configuration that is not finished, in
+    flight or already waiting is enqueued once, whatever the sampler: a grid would reach it
+    again, but TPE, random, NSGA-II or GP would never propose it again on their own. Its
+    finished shards come from the cache."""
+    from orchestrator.sweep.space import params_key
+
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-        study.enqueue_trial(t.params, skip_if_exists=False)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    asked = tried_keys(study) | {params_key(t.system_attrs.get("fixed_params", {})) for t in waiting}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        if t.user_attrs.get("interrupted") and params_key(t.params) not in asked:
+            study.enqueue_trial(t.params, skip_if_exists=False)
+            asked.add(params_key(t.params))

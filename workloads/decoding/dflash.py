@@ -26,7 +26,7 @@ from workloads.decoding.acceptance import draw
 from workloads.decoding.batch import Batch, Call
 from workloads.decoding.calls import Meter, timed
 from workloads.decoding.drafting import Draft, DraftSettings, slot_logits
-from workloads.decoding.sampling import point_mass
+from workloads.decoding.sampling import distribution, point_mass
 from workloads.decoding.slots import SlotCache
 from workloads.models.masks import additive, rows_after_slots
 
@@ -195,7 +195,7 @@ def chain_draft(drafter: DFlashDrafter, pending: list[int], last: int, width: in
             chosen = scores.argmax()
             q[i, candidates[i, chosen]] = 1.0
         else:
-            weights = torch.softmax(scores / settings.temperature, -1)
+            weights = distribution(scores, settings.temperature)
             chosen = draw(weights, torch.empty_like(weights).exponential_(generator=generator))
             q[i, candidates[i]] = weights
         before = candidates[i, chosen]

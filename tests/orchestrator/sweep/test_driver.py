@@ -18,7 +18,7 @@ from orchestrator.analysis.metrics import pareto_front
 from orchestrator.sweep.driver import Driver
 from orchestrator.sweep.shards import DEPTH, MIN_SHARD
 from orchestrator.sweep.spec import parse_spec
-from orchestrator.sweep.study import load_sweep
+from orchestrator.sweep.study import SweepError, load_sweep
 
 SPEC = {
     "name": "t",
@@ -148,6 +148,32 @@ def test_resume_after_interrupt_finishes_exactly_the_requested_trials(tmp_path):
     assert len(logged) == len(set(logged)) == 5  # no duplicates, none lost
     baselines = [r for r in all_runs if "specsweep.baseline" in r.data.tags]
     assert len(baselines) == 4
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_resume_asks_the_configurations_a_ctrl_c_interrupted_again(tmp_path, sampler):
+    data = {**SPEC, "search": {**SPEC["search"], "sampler": sampler, "trials": 4}}
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tmp_path, data, on_progress=StopAfter(1))
+    _, study = load_sweep(tmp_path, "t")
+    interrupted = {json.dumps(t.params, sort_keys=True) for t in study.get_trials()
+                   if t.user_attrs.get("interrupted")}
+    assert interrupted  # the trial in flight at the Ctrl-C
+    driver = run_sweep(tmp_path, data, resume=True)
+    complete = driver.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) == 4
+    assert interrupted <= {json.dumps(t.params, sort_keys=True) for t in complete}
+    assert driver.study.get_trials(states=(optuna.trial.TrialState.WAITING,)) == []
+
+
+def test_resume_refuses_an_empty_study_journal(tmp_path):
+    data = {**SPEC, "search": {**SPEC["search"], "trials": 1}}
+    first = run_sweep(tmp_path, data)
+    (first.dir / "study.journal").write_bytes(b"")
+    with pytest.raises(SweepError, match="study journal .* is empty"):
+        run_sweep(tmp_path, data, resume=True)
+    _, all_runs = runs(first)
+    assert len([r for r in all_runs if "specsweep.trial" in r.data.tags]) == 1  # nothing logged twice
 
 
 class KillWorker:

@@ -1,0 +1,80 @@
+"""The racing rule's error rate, by simulation: how often it stops a candidate that is in
+truth not dominated (analysis/racing.py promises ≤ α per comparison at every rung size).
+
+Two candidates get per-prompt records from one law, paired by prompt (a prompt's length and
+difficulty are shared; each candidate's wall time and answer are drawn on their own), so
+neither dominates and every stop is an error. The same holds for a constraint set exactly
+at the candidate's true accuracy. Two noise shapes:
+- `normal`: wall time ∝ length · (1 + 0.1·N(0, 1)), answers right with a per-prompt
+  probability around 0.7;
+- `heavy`: wall time ∝ length · LogNormal(0, 1) (skewed, heavy-tailed: one prompt can hold
+  most of a candidate's time), lengths LogNormal too, answers right with probability ≈ 0.3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.analysis.racing import Racing, dominated, infeasible
+
+SHAPES = ("normal", "heavy")
+OBJECTIVES = {"throughput_tps": "max", "accuracy": "max"}
+SIZES = (*range(1, 17), 24, 32, 64)  # first-rung sizes simulated: every one up to 16, then beyond
+
+
+def prompts(n: int, shape: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A prompt set's shared part: (lengths in tokens (n,), chance of a right answer (n,))."""
+    if shape == "normal":
+        return np.full(n, 32.0), rng.beta(7.0, 3.0, n)
+    return np.maximum(1.0, np.round(np.exp(3.0 + rng.standard_normal(n)))), rng.beta(1.5, 3.5, n)
+
+
+def candidate(lengths: np.ndarray, right: np.ndarray, shape: str, rng: np.random.Generator) -> list[dict]:
+    """One candidate's records on the shared prompts, its noise drawn on its own."""
+    n = len(lengths)
+    noise = (np.maximum(0.05, 1.0 + 0.1 * rng.standard_normal(n)) if shape == "normal"
+             else np.exp(rng.standard_normal(n)))
+    correct = rng.random(n) < right
+    return [{"index": i, "new_tokens": float(t), "wall_s": float(t / 200.0 * w), "correct": float(c)}
+            for i, (t, w, c) in enumerate(zip(lengths, noise, correct))]
+
+
+@dataclass(frozen=True)
+class ErrorRate:
+    shape: str
+    alpha: float
+    n: int  # prompts of the rung
+    reps: int
+    dominated: float  # share of the reps in which `dominated` wrongly stopped the candidate
+    speed_only: float  # the same on throughput alone: one test, whose rate should sit near α
+    infeasible: float  # share in which `accuracy >= its true value` wrongly failed
+
+    @property
+    def margin(self) -> float:
+        """Three binomial standard errors of a rate α over `reps`: the sampling error allowed."""
+        return 3.0 * float(np.sqrt(self.alpha * (1 - self.alpha) / self.reps))
+
+
+def error_rate(n: int, shape: str, alpha: float, reps: int, seed: int = 0) -> ErrorRate:
+    """Wrong stops over `reps` simulated comparisons at n prompts (see the module docstring)."""
+    rng = np.random.default_rng([seed, n, SHAPES.index(shape), int(alpha * 1e6)])
+    racing = Racing(start=n, alpha=alpha)
+    wrong_dominated = wrong_speed = wrong_infeasible = 0
+    for rep in range(reps):
+        lengths, right = prompts(n, shape, rng)
+        a, b = candidate(lengths, right, shape, rng), candidate(lengths, right, shape, rng)
+        wrong_dominated += dominated(a, b, OBJECTIVES, racing, seed=rep)
+        wrong_speed += dominated(a, b, {"throughput_tps": "max"}, racing, seed=rep)
+        # the constraint's bound is the candidate's true accuracy: it holds, only just
+        q = 0.7 if shape == "normal" else 0.3
+        truth = [{**r, "correct": float(rng.random() < q)} for r in a]
+        wrong_infeasible += infeasible(truth, [("accuracy", ">=", q)], racing, seed=rep)
+    return ErrorRate(shape, alpha, n, reps, wrong_dominated / reps, wrong_speed / reps,
+                     wrong_infeasible / reps)
+
+
+def error_table(sizes=SIZES, alphas=(0.01, 0.05), reps: int = 2000, seed: int = 0) -> list[ErrorRate]:
+    """`error_rate` for every size, shape and α."""
+    return [error_rate(n, shape, alpha, reps, seed) for alpha in alphas for shape in SHAPES for n in sizes]
