@@ -8,13 +8,19 @@ import os
 import tempfile
 from pathlib import Path
 
+# os.umask is read only by setting it: read once at import, before any thread writes files
+UMASK = os.umask(0o077)
+os.umask(UMASK)
+
 
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, flush it to disk, then rename it over
-    `path` (a rename within one directory is atomic)."""
+    `path` (a rename within one directory is atomic). The file gets the mode a plain `open`
+    would give it (0666 less the umask), not mkstemp's private 0600."""
     path = Path(path)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

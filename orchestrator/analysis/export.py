@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import math
 import platform
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -15,9 +18,10 @@ from orchestrator.analysis.serving import dflash_serving
 from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_atomic
 from orchestrator.stored import baseline
+from orchestrator.sweep.spec import NUMBER
 from workloads.models.pair import BUNDLED
 
-_WHERE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*(-?[\d.]+)\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
+_WHERE = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*({NUMBER})\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
 
 
 def parse_where(where: str) -> tuple[str, str, float, str | None]:
@@ -27,7 +31,10 @@ def parse_where(where: str) -> tuple[str, str, float, str | None]:
         raise ValueError(
             f"--where: expected '<metric> >= <number>' or '<metric> >= <number> * ar.<metric>'; got {where!r}"
         )
-    return m.group(1), m.group(2), float(m.group(3)), m.group(4)
+    number = float(m.group(3))
+    if not math.isfinite(number):
+        raise ValueError(f"--where: {m.group(3)} is not a finite number")
+    return m.group(1), m.group(2), number, m.group(4)
 
 
 def parse_floors(text: str) -> tuple[float, ...]:
@@ -42,11 +49,24 @@ def parse_floors(text: str) -> tuple[float, ...]:
 
 
 def check_out(out: Path, force: bool) -> None:
-    """Refuse an `--out` that is a file, or a directory holding files unless `force`."""
+    """Refuse an `--out` that is a file, a directory holding files unless `force`, or a place
+    where no file can be written (tried with a temporary file, removed again with any
+    directory made for it)."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out: {out} is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ValueError(f"--out: {out} already holds files; pass --force to write over them")
+    made = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        for directory in reversed(made):
+            directory.mkdir()
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as err:
+        raise ValueError(f"--out: cannot write in {out} ({err.strerror or err})") from None
+    finally:
+        for directory in made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def _keep(row: dict, where, baseline: dict) -> bool:

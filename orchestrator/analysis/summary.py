@@ -90,8 +90,9 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
                      "the journal and asks it again")
     trials = study.get_trials(deepcopy=False)
     count = {state: sum(t.state == state for t in trials) for state in optuna.trial.TrialState}
-    interrupted = sum(bool(t.user_attrs.get("interrupted")) for t in trials)
     S = optuna.trial.TrialState
+    # failed and marked interrupted (a journal cut between the two leaves the mark on a running trial)
+    interrupted = sum(t.state == S.FAIL and bool(t.user_attrs.get("interrupted")) for t in trials)
     stopped = [t for t in trials if STOPPED in t.user_attrs]
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} stopped by racing, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "

@@ -19,7 +19,7 @@ from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, rungs, stop, unsummed, value
 from orchestrator.sweep.search import directions, make_sampler, replacement
-from orchestrator.sweep.space import choose_config, config_of, params_key
+from orchestrator.sweep.space import batch_sizes, choose_config, config_of, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
@@ -151,6 +151,23 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
     return Replayed(finished, spent)
 
 
+def check_replayable(spec: SweepSpec, study: optuna.Study, sweep: str) -> None:
+    """Racing replays a grid whose every point was measured on every prompt at batch size 1;
+    anything less leaves candidates it cannot compare, and a hypervolume that reads 0."""
+    if spec.search.racing is not None:
+        raise ValueError(f"--racing: {sweep} raced its trials (search.racing), so some stopped early; "
+                         "replay a grid measured on every prompt")
+    if batch_sizes(spec) != [1]:
+        raise ValueError(f"--racing: {sweep} measured batch sizes {', '.join(map(str, batch_sizes(spec)))}; "
+                         "racing replays batch size 1 only")
+    points = grid(spec)
+    done = [t.params for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+    measured = sum(p in done for p in points)
+    if measured < len(points):
+        raise ValueError(f"--racing: {sweep} measured {measured} of its {len(points)} grid points; finish it "
+                         "first (specsweep run SPEC --resume with search.trials covering the grid)")
+
+
 def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[dict]], dict[tuple, bool]]:
     """A finished grid sweep's per-prompt records by params key (from its MLflow runs'
     `prompts.jsonl`, in prompt order), and which points are feasible."""
@@ -164,11 +181,17 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
     spec, study = load_sweep(root, sweep)
     if spec.search.sampler != "grid":
         raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
-    client = MlflowClient(study.user_attrs["tracking_uri"])
+    check_replayable(spec, study, sweep)
+    uri = study.user_attrs["tracking_uri"]
+    client = MlflowClient(uri)
     runs = trial_run_ids(study)
     records, feasible = {}, {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        path = client.download_artifacts(runs[t.number], "prompts.jsonl")
+        run = runs.get(t.number)
+        if run is None or "prompts.jsonl" not in {a.path for a in client.list_artifacts(run)}:
+            raise ValueError(f"--racing: trial {t.number} of {sweep} has no prompts.jsonl in MLflow ({uri}); "
+                             "replay needs every trial's per-prompt records")
+        path = client.download_artifacts(run, "prompts.jsonl")
         rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
         records[params_key(t.params)] = sorted(rows, key=lambda r: r["index"])
         feasible[params_key(t.params)] = meets_constraints(t)
@@ -176,11 +199,13 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
 
 
 def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
-                    shares=(0.1, 0.25, 0.5)) -> list[dict]:
+                    shares=(0.1, 0.25, 0.5, 1.0)) -> list[dict]:
     """Every strategy with and without racing, `seeds` times, on the finished grid sweep
     `sweep`: one row per (strategy, racing, budget share) with the hypervolume reached
-    (fraction of the grid's, feasible points only), the recall of the grid's frontier and
-    the prompt-decodes spent as a fraction of the grid's, means over seeds."""
+    (fraction of the grid's, feasible points only), the recall of the grid's frontier (the
+    share of its configurations found: hypervolume alone can read 1.000 with some missing)
+    and the prompt-decodes spent as a fraction of the grid's, means over seeds. At share 1.0
+    racing reaches every configuration: its recall is what racing the whole grid keeps."""
     spec, records, feasible = grid_records(root, sweep)
     why = unsummed(spec.objectives)
     if why:

@@ -71,9 +71,10 @@ def decode(
     import yaml
 
     from workloads.decoding import DecodeConfig, decode_batch
+    from workloads.decoding.engine import check_texts_fit
     from workloads.decoding.kinds import check_kind
     from workloads.models import load_pair
-    from workloads.models.pair import pair_kind
+    from workloads.models.pair import load_tokenizer, max_positions, pair_kind
 
     flags = dict(schedule=schedule, block=block, steps=steps, threshold=threshold, unmask=unmask, rule=rule,
                  leniency=leniency, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -95,6 +96,9 @@ def decode(
         raise ValueError("--pair: required (or a config file with a 'pair' entry)")
     texts = [prompt] if prompt is not None else read_prompts(prompts)
     check_kind(pair_kind(pair), cfg)  # before any weights load (and print their progress bars)
+    if (limit := max_positions(pair)) is not None:  # a local model: every prompt fits before any decodes
+        check_texts_fit(load_tokenizer(pair), {f"prompt {i + 1}": t for i, t in enumerate(texts)},
+                        cfg.max_new_tokens, limit)
     loaded = load_pair(pair)
     batch_size = batch_size or 1
     rows = [(text, cfg.seed + sample) for text in texts for sample in range(num_samples)]

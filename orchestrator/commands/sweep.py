@@ -65,7 +65,7 @@ def run(
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.driver import Driver
     from orchestrator.sweep.runs import ui_link
-    from orchestrator.sweep.spec import load_spec
+    from orchestrator.sweep.specfile import load_spec
     from orchestrator.sweep.tracking import trial_run_ids
 
     if resume and fresh:
@@ -180,12 +180,14 @@ def export(
     provenance), chosen at each batch size; routes.yaml (the fastest config per batch size and
     accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
     all`, the fastest) and the sweep's plots."""
-    from orchestrator.analysis.export import check_out, export_configs, parse_floors
+    from orchestrator.analysis.export import check_out, export_configs, parse_floors, parse_where
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.study import load_sweep
     from orchestrator.sweep.tracking import trial_run_ids
 
     levels = parse_floors(floors)
+    if where is not None:
+        parse_where(where)
     check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))

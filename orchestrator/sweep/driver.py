@@ -11,7 +11,9 @@ restarts the actor; a shard that raises is retried once more, after which its tr
 recorded as failed in Optuna and MLflow and the sweep goes on. Ctrl-C (or SIGTERM) marks
 the trials in flight as failed-interrupted, ends the parent run as KILLED and leaves the
 state for `--resume`, which re-asks those configurations and reuses their finished shards
-from the cache, so no finished trial or shard runs twice.
+from the cache, so no finished trial or shard runs twice. Bad input that only the workers
+find (weights that do not load, a prompt a baseline cannot decode) undoes a new sweep before
+its trials: its parent run, study and state directory go, and the error is one line.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from orchestrator.sweep.study import (
     open_study,
     requeue_interrupted,
     state_dir,
+    study_storage,
 )
 from orchestrator.sweep.tracking import Tracker, TrackingError, check_reachable, default_uri
 from orchestrator.sweep.workers import Shard, serving, start_workers
@@ -102,9 +105,10 @@ class Driver:
         self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
         self.by_index = {e.index: e for e in self.examples}
         self.prompts = pair_prompts(self.spec, task, self.examples)
-        check_reachable(self.tracking_uri)
+        if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
+            check_reachable(self.tracking_uri)
         if self.ray_address:
-            raycluster.check_head(self.ray_address)
+            self.ray_address = raycluster.check_head(self.ray_address)
         existed = self.dir.exists()
         try:
             self.lock.acquire()
@@ -118,6 +122,7 @@ class Driver:
         except BaseException:
             self.lock.release()
             raise
+        self.new = not resume  # state this session made, which `_discard` may undo
 
     def _start_workers(self) -> list:
         """Create one actor per slot and send each its pairs to load; returns the load calls."""
@@ -146,7 +151,12 @@ class Driver:
         self.tracker.start_background()
 
     def _await_workers(self, loading: list) -> None:
-        ray.get(loading)
+        try:
+            ray.get(loading)
+        except ray.exceptions.RayTaskError as err:
+            if isinstance(err.cause, ValueError):  # a pair found bad as it loads: its one-line error
+                raise err.cause from None
+            raise
         self.worker_info = ray.get([w.info.remote() for w in self.workers])
         kinds = [json.loads(k) for k in sorted({json.dumps(i["hardware"], sort_keys=True)
                                                 for i in self.worker_info})]
@@ -299,12 +309,14 @@ class Driver:
         previous = {signal.getsignal(signal.SIGTERM)}
         signal.signal(signal.SIGTERM, _raise_interrupt)
         self.started = time.time()
+        starting = True
         try:
             raycluster.start(self.spec.cluster, self.ray_address)
             loading = self._start_workers()
             self._open_tracking()  # while the workers load their models
             self._await_workers(loading)
             self._run_baselines()
+            starting = False
             start = time.perf_counter()
             self._run_trials()
             self.trials_s = time.perf_counter() - start
@@ -312,8 +324,13 @@ class Driver:
         except KeyboardInterrupt:
             self._interrupt()
             raise
-        except BaseException:
-            self._interrupt(status="FAILED")
+        except BaseException as err:
+            # bad input found only once Ray ran (a pair that cannot load, a prompt a baseline
+            # cannot decode) leaves a new sweep unstarted; other failures keep it for --resume
+            if starting and self.new and isinstance(err, ValueError) and not isinstance(err, TrackingError):
+                self._discard()
+            else:
+                self._interrupt(status="FAILED")
             raise
         finally:
             signal.signal(signal.SIGTERM, previous.pop())
@@ -405,6 +422,17 @@ class Driver:
         self.tracker.stop_background()
         with contextlib.suppress(TrackingError):  # the error that brought us here says it already
             self.tracker.end_sweep(self.parent_run, status)
+
+    def _discard(self) -> None:
+        """Undo a new sweep that failed before its trials: its parent run (with the baselines
+        logged under it), its study and its state directory, so a rerun starts clean."""
+        self.jobs.clear()
+        if self.parent_run is not None:
+            with contextlib.suppress(TrackingError):  # the bad input is the error to report
+                self.tracker.discard_sweep(self.parent_run)
+        if self.spec.search.storage:
+            optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _raise_interrupt(signum, frame):

@@ -3,22 +3,31 @@ what MLflow logs beside each record."""
 
 from __future__ import annotations
 
-from orchestrator.sweep.spec import SpecError, SweepSpec
-from workloads.models.pair import load_tokenizer
+from orchestrator.sweep.spec import SpecError, SweepSpec, check_batch_sizes
+from workloads.decoding import DecodeConfig
+from workloads.decoding.engine import check_texts_fit
+from workloads.models.pair import load_tokenizer, max_positions
 from workloads.tasks.prompts import PromptFormat, format_prompt
 
 
 def pair_prompts(spec: SweepSpec, task, examples: list) -> dict[str, dict[int, str]]:
     """The prompt each pair decodes (and MLflow logs) per example index: the task's
-    zero-shot prompt with the spec's shots, system prompt and the pair's chat template."""
+    zero-shot prompt with the spec's shots, system prompt and the pair's chat template;
+    each checked to fit in the pair's positions with the space's largest max_new_tokens
+    (when the pair's config is here), before the sweep state exists."""
+    check_batch_sizes(spec, len(examples))
     t = spec.task
     fmt = PromptFormat(chat=t.chat, system=t.system, shots=t.shots)
+    longest = max(spec.dimension_values().get("max_new_tokens", [DecodeConfig.max_new_tokens]))
     out = {}
     for pair in spec.pairs:
-        tokenizer = load_tokenizer(pair.load_spec()) if t.chat else None
+        limit = max_positions(pair.load_spec())
+        tokenizer = load_tokenizer(pair.load_spec()) if t.chat or limit else None
         try:
-            out[pair.name] = {e.index: format_prompt(task, e, fmt, tokenizer) for e in examples}
+            out[pair.name] = {e.index: format_prompt(task, e, fmt, tokenizer if t.chat else None)
+                              for e in examples}
         except ValueError as err:
             raise SpecError(f"spec: task.{err} (pair {pair.name})") from None
+        check_texts_fit(tokenizer, {f"spec: task: example {i} (pair {pair.name})": prompt
+                                    for i, prompt in out[pair.name].items()}, longest, limit)
     return out
-

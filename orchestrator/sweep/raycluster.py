@@ -83,10 +83,18 @@ def slot_count(cluster) -> int:
     return count
 
 
-def check_head(address: str, timeout: float = 5.0) -> None:
-    """Refuse a Ray address whose host:port does not accept a connection within `timeout`."""
+def check_head(address: str, timeout: float = 5.0) -> str:
+    """The address to connect to, refused unless its host:port accepts a connection within
+    `timeout`. `auto` names RAY_ADDRESS, else the cluster `ray start` last started on this
+    machine; never another driver's local head, which Ray's own `auto` would also pick up."""
     if address == "auto":
-        return
+        from ray._private.services import find_bootstrap_address
+
+        address = os.environ.get("RAY_ADDRESS") or find_bootstrap_address(None)
+        if not address:
+            raise ClusterError("cluster: the Ray address auto finds no Ray cluster on this machine "
+                               "(RAY_ADDRESS is unset and no `ray start` is running); start one or give "
+                               "host:port")
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise ClusterError(f"cluster: the Ray address must be auto, host:port or ray://host:port; "
@@ -96,6 +104,7 @@ def check_head(address: str, timeout: float = 5.0) -> None:
     except OSError as err:
         raise ClusterError(f"cluster: cannot reach the Ray cluster at {address} (waited {timeout:g} s: "
                            f"{err.strerror or err})") from None
+    return address
 
 
 def wait(refs: list, timeout: float) -> list:

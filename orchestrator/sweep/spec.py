@@ -5,12 +5,12 @@ Every error is one line naming the offending key (`spec: space.leniency: ...`).
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.metrics import TRIAL_METRICS
@@ -37,7 +37,14 @@ SAMPLING = (
 LENIENCY = {"linear": "leniency", "match": "leniency", "cactus": "delta"}
 # batch_size: prompts decoded together; not a DecodeConfig field (space.Candidate holds it).
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size")
-_CONSTRAINT = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a decimal number, exponent allowed
+_CONSTRAINT = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=)\s*({NUMBER})\s*$")
+
+# What a spec may expand to, checked before anything is built; real sweeps stay far below
+# (the shipped ones: 17 values a dimension, 2,040 configurations at most); the file's own
+# bounds are in specfile.py.
+MAX_VALUES = 10_000  # values of one dimension: a list, or a range's (high - low) / step + 1
+MAX_GRID = 100_000  # configurations of the space: the product of the dimension sizes (and pairs)
 
 
 class SpecError(ValueError):
@@ -94,13 +101,21 @@ class TaskSpec(_Strict):
 
 
 class RangeSpec(_Strict):
-    low: float
-    high: float
-    step: float = Field(gt=0)
+    low: float = Field(allow_inf_nan=False)
+    high: float = Field(allow_inf_nan=False)
+    step: float = Field(gt=0, allow_inf_nan=False)
+
+    def steps(self) -> float:
+        """(high − low) / step, the count of values less one, computed without overflow (inf
+        when it exceeds a float, e.g. a step of 1e-320 across a wide range)."""
+        width = self.high - self.low
+        if math.isfinite(width):
+            return width / self.step
+        return self.high / self.step - self.low / self.step  # the width overflowed: divide first
 
     def values(self) -> list[float | int]:
         ints = all(float(v).is_integer() for v in (self.low, self.high, self.step))
-        count = int(round((self.high - self.low) / self.step)) + 1
+        count = int(round(self.steps())) + 1
         out = [self.low + i * self.step for i in range(count) if self.low + i * self.step <= self.high + 1e-9]
         return [int(round(v)) for v in out] if ints else [round(v, 10) for v in out]
 
@@ -189,6 +204,8 @@ class SweepSpec(_Strict):
                     f"{c!r}: expected '<metric> >= <number>' or '<=' with a metric of "
                     f"{', '.join(TRIAL_METRICS)}"
                 )
+            if not math.isfinite(float(m.group(3))):
+                raise ValueError(f"{c!r}: {m.group(3)} is not a finite number")
         return v
 
     @model_validator(mode="after")
@@ -218,14 +235,44 @@ def _values(key: str, raw: Any) -> list:
         try:
             rng = RangeSpec(**raw)
         except ValidationError as err:
-            raise SpecError(f"spec: space.{key}: a range needs low, high, step>0 ({_first(err)})") from None
+            raise SpecError(f"spec: space.{key}: a range needs finite low, high, step>0 "
+                            f"({_first(err)})") from None
         if rng.high < rng.low:
             raise SpecError(f"spec: space.{key}: range high < low")
+        if not rng.steps() + 1 <= MAX_VALUES:  # counted before any value is made
+            raise SpecError(f"spec: space.{key}: the range holds {count_text(rng.steps() + 1)} values "
+                            f"((high - low) / step + 1); at most {MAX_VALUES:,} a dimension: widen the step")
         return rng.values()
     values = raw if isinstance(raw, list) else [raw]
     if not values:
         raise SpecError(f"spec: space.{key}: empty list")
+    if len(values) > MAX_VALUES:
+        raise SpecError(f"spec: space.{key}: {len(values):,} values; at most {MAX_VALUES:,} a dimension")
     return values
+
+
+def count_text(n: float) -> str:
+    """A count for a message: 1,000,001; 1e+20 past what a message should spell out."""
+    return f"{n:,.0f}" if n < 1e15 else f"{n:.3g}" if math.isfinite(n) else "over 1e+308"
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """A message cut to `limit` characters (a value's repr can be long)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _check_size(spec: SweepSpec, dims: dict[str, list]) -> None:
+    """Refuse a space of more than MAX_GRID configurations, counted as the product of the
+    dimension sizes (and the pairs) before any is enumerated: the grid sampler, a guided start
+    and the replacement of a duplicate trial all enumerate it."""
+    size = len(spec.pairs)
+    for values in dims.values():
+        size *= len(values)
+    if size > MAX_GRID:
+        sizes = " x ".join([f"{len(spec.pairs)} pairs"] * (len(spec.pairs) > 1)
+                           + [f"{len(v)} {k}" for k, v in dims.items() if len(v) > 1])
+        raise SpecError(f"spec: space: {size:,} configurations ({sizes}); at most {MAX_GRID:,}: "
+                        "list fewer values")
 
 
 def _check_space(spec: SweepSpec) -> None:
@@ -235,6 +282,7 @@ def _check_space(spec: SweepSpec) -> None:
         if key not in DIMENSIONS:
             raise SpecError(f"spec: space.{key}: unknown dimension; known: {', '.join(DIMENSIONS)}")
     dims = spec.dimension_values()
+    _check_size(spec, dims)
     blocks = dims.get("block", [DecodeConfig.block])
     for value in dims.get("batch_size", []):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -255,9 +303,9 @@ def _check_space(spec: SweepSpec) -> None:
             try:
                 DecodeConfig(**{**base, field: value})
             except ConfigError as err:
-                raise SpecError(f"spec: space.{key}: {err}") from None
+                raise SpecError(shorten(f"spec: space.{key}: {err}")) from None
             except TypeError:
-                raise SpecError(f"spec: space.{key}: bad value {value!r}") from None
+                raise SpecError(shorten(f"spec: space.{key}: bad value {value!r}")) from None
     if spec.search.racing is not None:
         why = unsummed(spec.objectives)
         if why:
@@ -300,19 +348,6 @@ def parse_spec(data: Any, source: str = "spec") -> SweepSpec:
     return spec
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"spec: no such file {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except UnicodeDecodeError as err:
-        raise SpecError(f"spec: {path} is not UTF-8 text (byte {err.start})") from None
-    except yaml.YAMLError as err:
-        raise SpecError(f"spec: {path} is not valid YAML ({str(err).splitlines()[0]})") from None
-    return parse_spec(data, str(path))
-
-
 def check_runnable(spec: SweepSpec, local: bool) -> None:
     """What a valid spec still needs before it runs: a prompt count for the generated task,
     and (on a local Ray head) a slot count that does not depend on the cluster."""
@@ -322,3 +357,14 @@ def check_runnable(spec: SweepSpec, local: bool) -> None:
     if local and c.slots == "auto" and c.resource not in ("cpu", "gpu"):
         raise SpecError(f"spec: cluster.slots: auto needs a cluster that declares {c.resource!r}; "
                         "give a number of slots for a local run")
+
+
+def check_batch_sizes(spec: SweepSpec, prompts: int) -> None:
+    """Refuse a batch size larger than the task's prompt count: such a batch is never formed
+    (every prompt would go in one smaller batch), so its results would carry a batch size
+    that was not measured."""
+    over = [b for b in spec.dimension_values().get("batch_size", [1]) if b > prompts]
+    if over:
+        limit = " (task.limit)" if spec.task.limit == prompts else ""
+        raise SpecError(f"spec: space.batch_size: {over[0]} is more than the task's {prompts} "
+                        f"prompts{limit}; at most {prompts}")

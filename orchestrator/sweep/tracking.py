@@ -49,6 +49,8 @@ def check_reachable(uri: str, timeout: float = REACH_S) -> None:
         known = ", ".join(SCHEMES)
         raise ValueError(f"tracking: {uri!r} is not a tracking URI MLflow 3 takes; use "
                          f"sqlite:////abs/path.db, http(s)://host:port or a database URL ({known})")
+    if uri.startswith("sqlite:///"):
+        _check_store_path(uri)
     if scheme not in ("http", "https"):
         return
     try:
@@ -59,6 +61,26 @@ def check_reachable(uri: str, timeout: float = REACH_S) -> None:
         reason = getattr(err, "reason", err)
         raise ValueError(f"tracking: cannot reach the tracking server at {uri} (waited {timeout:g} s: "
                          f"{reason})") from None
+
+
+def _check_store_path(uri: str) -> None:
+    """Refuse a sqlite store whose folder cannot be made: MLflow makes it (parents included)
+    only once the sweep state exists. The nearest existing folder is probed with a temporary
+    folder, removed at once, since permission bits do not tell (root, read-only mounts)."""
+    import tempfile
+
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    if path.name in ("", ":memory:"):
+        return
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(20, f"{folder} is not a directory")
+        os.rmdir(tempfile.mkdtemp(dir=folder))
+    except OSError as err:
+        raise ValueError(f"tracking: cannot create the store {path} ({err.strerror or err})") from None
 
 
 MODEL_DEVELOPMENT = "custom_model_development"
@@ -145,6 +167,20 @@ class Tracker:
 
     def end_sweep(self, run_id: str, status: str) -> None:
         self._on_parent(f"end the sweep's run as {status}", self.client.set_terminated, run_id, status=status)
+
+    def discard_sweep(self, run_id: str) -> None:
+        """Delete the sweep's parent run and the runs logged under it, unsent ones dropped
+        (a new sweep that failed before its trials)."""
+        self.stop_background()
+        self.queue.clear()
+
+        def delete() -> None:
+            for run in self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'"):
+                self.client.delete_run(run.info.run_id)
+            self.client.set_terminated(run_id, status="FAILED")  # not RUNNING, even in the bin
+            self.client.delete_run(run_id)
+
+        self._on_parent("delete the sweep's run", delete)
 
     def attach(self, run_id: str, path: Path, folder: str) -> None:
         self._on_parent(f"store {path.name}", self.client.log_artifact, run_id, str(path), folder)

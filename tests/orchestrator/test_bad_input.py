@@ -33,6 +33,20 @@ SPECS = {
     "negative seed": ({"search": {**GOOD["search"], "seed": -1}}, "spec: search.seed"),
     "batch size 0": ({"space": {**GOOD["space"], "batch_size": [1, 0]}}, "spec: space.batch_size: 0 is not"),
     "fractional batch size": ({"space": {**GOOD["space"], "batch_size": 2.5}}, "spec: space.batch_size: 2.5"),
+    "batch size past the prompts": ({"space": {**GOOD["space"], "batch_size": [1, 10**12]}},
+                                    "spec: space.batch_size: 1000000000000 is more than the task's 2 prompts "
+                                    "(task.limit); at most 2"),
+    "nan range low": ({"space": {**GOOD["space"], "temperature": {"low": float("nan"), "high": 1,
+                                                                  "step": 0.5}}},
+                      "spec: space.temperature: a range needs finite low, high, step>0 (low: "),
+    "inf range step": ({"space": {**GOOD["space"], "top_p": {"low": 0.5, "high": 1, "step": float("inf")}}},
+                       "spec: space.top_p: a range needs finite low, high, step>0 (step: "),
+    "range width past a float": ({"space": {**GOOD["space"], "temperature": {"low": -1e308, "high": 1e308,
+                                                                             "step": 1}}},
+                                 "spec: space.temperature: the range holds over 1e+308 values"),
+    "prompt past the positions": ({"space": {**GOOD["space"], "max_new_tokens": [8, 251]}},
+                                  "spec: task: example 0 (pair toy): 6 tokens + max_new_tokens 251 pass the "
+                                  "model's 256 positions"),
 }
 
 
@@ -242,13 +256,16 @@ def broken_model(tmp_path):
 @pytest.mark.parametrize(("damage", "starts"), [
     ("config", "spec: pairs: pair.model: {dir}/config.json is not valid JSON"),
     ("weights", "spec: pairs: pair.model: {dir}/model.safetensors is cut short"),
+    ("dtype", "spec: pairs: pair.model: {dir}/model.safetensors is not a readable safetensors file (tensor "),
 ])
 def test_a_damaged_model_directory_is_named_before_anything_runs(tmp_path, broken_model, damage, starts):
+    weights = broken_model / "model.safetensors"
     if damage == "config":
         (broken_model / "config.json").write_text('{"architectures": [')
-    else:
-        weights = broken_model / "model.safetensors"
+    elif damage == "weights":
         weights.write_bytes(weights.read_bytes()[:-1000])
+    else:  # one tensor's header says F16 while its bytes hold F32
+        weights.write_bytes(weights.read_bytes().replace(b'"F32"', b'"F16"', 1))
     spec = {**GOOD, "pairs": [{"name": "broken", "model": str(broken_model)}], "space": {
         "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
     root = tmp_path / "root"
@@ -295,3 +312,87 @@ def test_a_damaged_copy_in_the_hub_cache_is_named_before_anything_runs(tmp_path,
     root.mkdir()
     one_line_error(run_cli(root, spec), f"spec: pairs: pair.model: {weights} is cut short")
     assert os.listdir(root) == ["spec.yaml"]
+
+
+def test_a_standalone_drafter_given_as_a_dflash_drafter_is_named_before_anything_runs(tmp_path):
+    from workloads.models.pair import BUNDLED
+
+    toy = BUNDLED["toy"]
+    spec = {**GOOD, "pairs": [{"name": "wrong", **toy, "profile": {"family": "dflash"}}]}
+    one_line_error(run_cli(tmp_path, spec), f"spec: pairs: pair.drafter: {toy['drafter']} is not a DFlash "
+                                            "drafter")
+    assert tree(tmp_path) == ["spec.yaml"]
+
+
+def test_ray_address_auto_with_no_cluster_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))  # where `ray start` would leave its address
+    one_line_error(run_cli(tmp_path, GOOD, "--ray-address", "auto"),
+                   "cluster: the Ray address auto finds no Ray cluster")
+    assert tree(tmp_path) == ["spec.yaml"]
+
+
+def test_a_tracking_store_that_cannot_be_created_is_named_before_anything_is_written(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    store = tmp_path / "a-file" / "mlflow.db"
+    one_line_error(run_cli(tmp_path, GOOD, "--tracking-uri", f"sqlite:///{store}"),
+                   f"tracking: cannot create the store {store} ({tmp_path / 'a-file'} is not a directory)")
+    assert tree(tmp_path) == ["a-file", "spec.yaml"]
+
+
+def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_path, broken_model):
+    """Weights that hold none of the model's tensors pass every check a spec can make without
+    loading them; the workers refuse them, and the new sweep's state and MLflow runs go."""
+    import torch
+    from mlflow.tracking import MlflowClient
+    from safetensors.torch import save_file
+
+    save_file({"unrelated": torch.zeros(4)}, broken_model / "model.safetensors")
+    spec = {**GOOD, "pairs": [{"name": "empty", "model": str(broken_model)}], "space": {
+        "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
+    root = tmp_path / "root"
+    root.mkdir()
+    result = run_cli(root, spec)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"error: pair.model: {broken_model} lacks 39 of the model's weights"), last
+    assert not (root / ".specsweep" / "bad").exists() and not (root / ".specsweep" / "bad.lock").exists()
+    client = MlflowClient(f"sqlite:///{root / '.specsweep' / 'mlflow.db'}")
+    assert client.search_runs([client.get_experiment_by_name("bad").experiment_id]) == []
+
+
+def test_a_prompt_past_the_model_positions_is_refused_before_any_decodes(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("1+1=\n2+2=\n" + "1+" * 5000 + "1=\n")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(prompts)]),
+                   "prompt 3: 10002 tokens + max_new_tokens 64 pass the model's 256 positions")
+
+
+def test_bench_search_names_a_trial_without_its_per_prompt_records(finished):
+    import shutil
+
+    artifacts = finished / ".specsweep" / "artifacts"
+    aside = finished / "artifacts-aside"
+    shutil.move(artifacts, aside)
+    try:
+        one_line_error(runner.invoke(app, ["bench", "search", "bad", "--root", str(finished), "--racing"]),
+                       "--racing: trial 0 of bad has no prompts.jsonl in MLflow")
+    finally:
+        shutil.move(aside, artifacts)
+
+
+@pytest.mark.parametrize(("change", "starts"), [
+    ({"space": {**GOOD["space"], "block": [2, 4]}}, "--racing: grid measured 0 of its 2 grid points"),
+    ({"search": {**GOOD["search"], "racing": {"start": 1}}}, "--racing: grid raced its trials"),
+    ({"space": {**GOOD["space"], "batch_size": [1, 2]}}, "--racing: grid measured batch sizes 1, 2"),
+])
+def test_bench_search_racing_refuses_a_grid_it_cannot_replay(tmp_path, change, starts):
+    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.sweep.study import open_state, open_study, state_dir
+
+    data = {**GOOD, "name": "grid", **change}
+    spec = parse_spec(data)
+    open_state(state_dir(tmp_path, "grid"), spec, yaml.safe_dump(data), resume=False, fresh=False)
+    open_study(state_dir(tmp_path, "grid"), spec)  # a sweep stopped before its first trial
+    result = runner.invoke(app, ["bench", "search", "grid", "--root", str(tmp_path), "--racing"])
+    one_line_error(result, starts)

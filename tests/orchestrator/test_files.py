@@ -1,6 +1,7 @@
 """Writes are whole or absent."""
 
 import os
+import stat
 
 import pytest
 
@@ -27,3 +28,12 @@ def test_a_write_replaces_the_file_whole(tmp_path):
     write_atomic(path, "b")
     assert path.read_text() == "b" and os.listdir(tmp_path) == ["routes.yaml"]
 
+
+
+def test_a_write_gets_the_mode_a_plain_open_gives_not_a_private_one(tmp_path):
+    """Exports are read by others (a serving config, a route table): 0666 less the umask."""
+    plain = tmp_path / "plain"
+    plain.write_text("a")
+    written = tmp_path / "routes.yaml"
+    write_atomic(written, "a")
+    assert stat.S_IMODE(written.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)

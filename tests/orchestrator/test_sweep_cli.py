@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -91,3 +92,96 @@ def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_servi
     serving = yaml.safe_load(path.read_text())["serving"]
     assert serving["vllm"]["speculative_config"]["method"] == "dflash"
     assert serving["vllm"]["speculative_config"]["num_speculative_tokens"] == 3
+
+
+def recorded(root, complete: bool = True):
+    """The state `run` leaves for sweep `cli` (its spec and study journal), recorded through
+    Optuna without running anything: one complete trial, or none. Returns the journal."""
+    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.sweep.study import open_state, open_study, state_dir
+    from workloads.decoding.config import DecodeConfig
+
+    spec, path = parse_spec(GOOD), state_dir(root, "cli")
+    open_state(path, spec, yaml.safe_dump(GOOD), resume=False, fresh=False)
+    study = open_study(path, spec)
+    if complete:
+        trial = study.ask()
+        attrs = {"pair": "toy", "config": DecodeConfig(block=2, max_new_tokens=8).to_dict(), "batch_size": 1,
+                 "exact": True, "metrics": {"accuracy": 1.0, "throughput_tps": 100.0}}
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, [100.0, 1.0])
+    return path / "study.journal"
+
+
+def one_line(result, text: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: {text}\n", result.output
+
+
+def test_status_on_an_empty_journal_is_one_line(tmp_path):
+    journal = recorded(tmp_path)
+    journal.write_bytes(b"")
+    one_line(runner.invoke(app, ["status", "cli", "--root", str(tmp_path)]),
+             f"sweep 'cli': its study journal {journal} is empty (0 bytes: no study recorded); "
+             "start over with specsweep run SPEC --fresh")
+
+
+def test_a_journal_line_that_is_no_record_is_named_with_the_journal(tmp_path):
+    journal = recorded(tmp_path)
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join([*lines[:2], b"garbage{\n", *lines[2:]]))
+    for command in ("status", "frontier"):
+        one_line(runner.invoke(app, [command, "cli", "--root", str(tmp_path)]),
+                 f"sweep 'cli': its study journal {journal} is damaged: line 3 is not a journal record "
+                 "('garbage{')")
+
+
+def test_status_counts_a_trial_whose_failure_was_cut_from_the_journal_as_running(tmp_path):
+    """A session killed between marking its trial interrupted and recording it failed."""
+    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.sweep.study import open_study, state_dir
+
+    journal = recorded(tmp_path, complete=False)
+    study = open_study(state_dir(tmp_path, "cli"), parse_spec(GOOD))
+    trial = study.ask()
+    study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code":6,"worker_id":"w","trial_id":0,"st')  # the failure, cut short
+    status = runner.invoke(app, ["status", "cli", "--root", str(tmp_path)])
+    assert status.exit_code == 0, status.output
+    counts = "0 complete, 0 stopped by racing, 0 failed, 0 interrupted, 1 running"
+    assert counts in status.output, status.output
+
+
+@pytest.mark.parametrize(("where", "text"), [
+    ("accuracy >= 1.2.3", "--where: expected '<metric> >= <number>' or '<metric> >= <number> * ar.<metric>'; "
+                          "got 'accuracy >= 1.2.3'"),
+    ("accuracy >= 1e999", "--where: 1e999 is not a finite number"),
+    ("accuracy >= -1e999 * ar.accuracy", "--where: -1e999 is not a finite number"),
+])
+def test_export_names_a_where_bound_that_is_no_finite_number(tmp_path, where, text):
+    recorded(tmp_path)
+    out = tmp_path / "out"
+    one_line(runner.invoke(app, ["export", "cli", "--root", str(tmp_path), "--out", str(out), "--where",
+                                 where]), text)
+    assert not out.exists()
+
+
+def test_export_takes_a_where_bound_with_an_exponent(tmp_path):
+    recorded(tmp_path)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["export", "cli", "--root", str(tmp_path), "--out", str(out), "--where",
+                                 "accuracy >= 5e-1", "--pick", "fastest"])
+    assert result.exit_code == 0, result.output
+    assert (out / "trial0.yaml").is_file()
+
+
+@pytest.mark.parametrize("out", ["/proc/specsweep/out", "/sys/kernel/specsweep"])  # not even by root
+def test_export_to_a_place_it_cannot_write_names_out_and_leaves_nothing(tmp_path, out):
+    recorded(tmp_path)
+    result = runner.invoke(app, ["export", "cli", "--root", str(tmp_path), "--out", out])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: --out: cannot write in {out} ("), result.output
+    assert result.output.count("\n") == 1
+    assert not Path(out).exists()

@@ -87,6 +87,30 @@ def draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
                          vocab=verifier_vocab(pair), forbidden=pair.profile.forbidden)
 
 
+def positions(pair: Pair) -> int | None:
+    """The positions every network of `pair` has (the least `max_position_embeddings`); None
+    for networks without a config (test stubs)."""
+    found = [getattr(getattr(net, "config", None), "max_position_embeddings", None) for net in networks(pair)]
+    return min((n for n in found if isinstance(n, int)), default=None)
+
+
+def check_fits(lengths: dict[str, int], max_new_tokens: int, limit: int | None) -> None:
+    """Refuse a prompt (named by its key) whose token count and max_new_tokens pass `limit`,
+    the model's positions: past them it decodes on positions it was never trained on,
+    wrongly, slowly and without a word (this one line replaces the tokenizer's warning)."""
+    for label, tokens in lengths.items() if limit is not None else ():
+        if tokens + max_new_tokens > limit:
+            raise ConfigError(f"{label}: {tokens} tokens + max_new_tokens {max_new_tokens} pass the model's "
+                              f"{limit} positions (max_position_embeddings)")
+
+
+def check_texts_fit(tokenizer, prompts: dict[str, str], max_new_tokens: int, limit: int | None) -> None:
+    """`check_fits` on prompt texts, before any model loads."""
+    if limit is not None:
+        check_fits({label: len(tokenizer(text, verbose=False).input_ids) for label, text in prompts.items()},
+                   max_new_tokens, limit)
+
+
 def check_pair(pair: Pair, config: DecodeConfig) -> None:
     check_kind(kind_of(pair), config)
     if isinstance(pair, DFlashPair) and is_dflash2(pair.drafter) and config.schedule != "ar" and (
@@ -222,7 +246,9 @@ def decode_batch(pair: Pair, prompts: list[str], config: DecodeConfig,
         raise ConfigError("batch_size: verify_order: confidence (any-order Packed-SS) decodes one prompt at "
                           "a time")
     tok = pair.tokenizer
-    encoded = [tok(p).input_ids for p in prompts]
+    encoded = [tok(p, verbose=False).input_ids for p in prompts]
+    check_fits({f"prompt {i + 1}": len(ids) for i, ids in enumerate(encoded)}, config.max_new_tokens,
+               positions(pair))
     if not all(encoded):
         raise ConfigError("prompt: empty after tokenization")
     seeds = seeds or [config.seed] * len(prompts)

@@ -118,11 +118,11 @@ def _load(field: str, ref: str, options: dict | None = None, device: torch.devic
     options = options or {"trust_remote_code": False}
     try:
         try:
-            model = AutoModelForCausalLM.from_pretrained(ref, **options)
+            model, info = AutoModelForCausalLM.from_pretrained(ref, output_loading_info=True, **options)
         except ValueError:  # remote-code diffusion LMs (Dream, LLaDA) register AutoModel only
             if not options["trust_remote_code"]:
                 raise
-            model = AutoModel.from_pretrained(ref, **options)
+            model, info = AutoModel.from_pretrained(ref, output_loading_info=True, **options)
         tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=options["trust_remote_code"])
     except OSError as err:
         raise PairError(
@@ -131,10 +131,20 @@ def _load(field: str, ref: str, options: dict | None = None, device: torch.devic
         ) from None
     except ValueError as err:  # e.g. an architecture that needs trust_remote_code
         raise PairError(f"pair.{field}: cannot load {ref!r}: {str(err).splitlines()[0]}") from None
+    check_loaded(field, ref, info)
     model.eval()
     if device is not None and model.device != device:
         model.to(device)
     return model, tokenizer
+
+
+def check_loaded(field: str, ref: str, info: dict) -> None:
+    """Refuse a checkpoint that lacks some of the model's weights: transformers would start
+    them at random and only warn, and the pair would decode noise."""
+    missing = sorted(info["missing_keys"])
+    if missing:
+        raise PairError(f"pair.{field}: {ref} lacks {len(missing)} of the model's weights (e.g. "
+                        f"{missing[0]}); its safetensors files do not hold this model")
 
 
 def _profile(field: str, model: PreTrainedModel, tokenizer, override: dict | None,
@@ -206,19 +216,29 @@ def load_dflash(ref: str, verifier: PreTrainedModel, options: dict, device: torc
     if config is None:
         raise PairError(f"pair.drafter: cannot load {ref!r}: no config.json here; offline, download it first "
                         f"(huggingface-cli download {ref}) or pass a local path")
+    check_dflash_config(ref, config)
     settings = {**config, **(config.get("dflash_config") or {})}
     second = "conv_kernel_size" in settings or any("DFlash2" in a for a in config.get("architectures") or ())
     cls = DFlash2DraftModel if second else DFlashDraftModel
     path = str(Path(ref).expanduser()) if _looks_like_path(ref) else ref
     kwargs = {k: v for k, v in options.items() if k in ("dtype", "attn_implementation")}
     try:
-        drafter = cls.from_pretrained(path, **kwargs)
+        drafter, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError) as err:
         reason = str(err).splitlines()[0]
         raise PairError(f"pair.drafter: cannot load {ref!r} as a DFlash drafter: {reason}") from None
+    check_loaded("drafter", ref, info)
     check_dflash_fit(drafter, verifier)
     drafter.eval()
     return drafter.to(device) if drafter.device != device else drafter
+
+
+def check_dflash_config(ref: str, config: dict) -> None:
+    """A DFlash drafter's config.json counts the verifier's layers (`num_target_layers`, which
+    the dflash package's model reads whatever else it says); a standalone drafter's does not."""
+    if "num_target_layers" not in config:
+        raise PairError(f"pair.drafter: {ref} is not a DFlash drafter (its config.json has no "
+                        "num_target_layers); a standalone drafter takes no profile.family: dflash")
 
 
 def check_dflash_fit(drafter: PreTrainedModel, verifier: PreTrainedModel) -> None:
@@ -239,10 +259,25 @@ def check_dflash_fit(drafter: PreTrainedModel, verifier: PreTrainedModel) -> Non
                         f"{drafter.mask_token_id}) does not fit the verifier's {vocab}")
 
 
+# bits per element of each safetensors dtype
+DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F4": 4, "F6_E2M3": 6,
+              "F6_E3M2": 6, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+              "I64": 64, "U64": 64, "F64": 64, "C64": 64}
+
+
+def _tensor_bytes(entry: dict) -> int:
+    """The bytes a safetensors header entry's dtype and shape need (KeyError: unknown dtype)."""
+    count = 1
+    for size in entry["shape"]:
+        count *= size
+    return count * DTYPE_BITS[entry["dtype"]] // 8
+
+
 def check_model_dir(field: str, path: Path) -> None:
     """A local model directory whose files can be loaded, judged without loading weights:
     config.json is a JSON object, and every safetensors file holds a readable header whose
-    tensors fit in the file (a copy cut short fails here, not as a loader traceback)."""
+    tensors fit in the file, each as many bytes as its dtype and shape need (a copy cut short
+    or a damaged header fails here, not as a loader traceback)."""
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as err:
@@ -257,7 +292,13 @@ def check_model_dir(field: str, path: Path) -> None:
                 if not 0 < length <= size - 8:
                     raise ValueError(f"header length {length} in a file of {size} bytes")
                 header = json.loads(f.read(length))
-            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            tensors = {k: t for k, t in header.items() if k != "__metadata__"}
+            end = max((t["data_offsets"][1] for t in tensors.values()), default=0)
+            for name, t in tensors.items():
+                start, stop = t["data_offsets"]
+                if stop - start != _tensor_bytes(t):
+                    raise ValueError(f"tensor {name}: {t['dtype']} {t['shape']} needs {_tensor_bytes(t)} "
+                                     f"bytes; its offsets hold {stop - start}")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise PairError(f"pair.{field}: {weights} is not a readable safetensors file ({err})") from None
         if 8 + length + end > size:
@@ -277,9 +318,10 @@ def _cached_snapshot(repo_id: str) -> Path | None:
 
 
 def pair_kind(spec: str | dict) -> str:
-    """`self` or `two-model` for a pair spec, checked without loading any weights: local
-    paths, and hub ids already in the local hub cache, must be loadable model directories
-    (`check_model_dir`); other hub ids are checked when loaded."""
+    """`self`, `two-model` or `dflash` for a pair spec, checked without loading any weights:
+    local paths, and hub ids already in the local hub cache, must be loadable model directories
+    (`check_model_dir`) and a DFlash drafter's config a DFlash one (`check_dflash_config`);
+    other hub ids are checked when loaded."""
     _, spec = _resolve(spec)
     keys = set(spec) - {"name", "profile", *OPTIONS}
     if keys not in ({"model"}, {"drafter", "verifier"}):
@@ -297,7 +339,20 @@ def pair_kind(spec: str | dict) -> str:
             check_model_dir(field, cached)
     if keys == {"model"}:
         return "self"
-    return "dflash" if _is_dflash(spec) else "two-model"
+    if not _is_dflash(spec):
+        return "two-model"
+    if (config := _config_dict(spec["drafter"])) is not None:
+        check_dflash_config(spec["drafter"], config)
+    return "dflash"
+
+
+def max_positions(spec: str | dict) -> int | None:
+    """The positions every model of a pair spec has (the least `max_position_embeddings` of
+    their config.json), read without loading them; None when no local config says."""
+    _, spec = _resolve(spec)
+    found = [(_config_dict(spec[f]) or {}).get("max_position_embeddings")
+             for f in ("drafter", "verifier", "model") if isinstance(spec.get(f), str)]
+    return min((n for n in found if isinstance(n, int)), default=None)
 
 
 def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:

@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.analysis.export import export_configs
 from orchestrator.analysis.summary import frontier_rows, status_lines
 from orchestrator.sweep.driver import Driver
+from orchestrator.sweep.race import Race
 from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 from orchestrator.sweep.tracking import trial_run_ids
@@ -90,3 +91,11 @@ def test_a_race_interrupted_mid_rung_resumes_without_decoding_a_finished_shard_a
                                                           optuna.trial.TrialState.PRUNED)
             and not t.user_attrs.get("duplicate")]
     assert len({tuple(sorted(t.params.items())) for t in done}) == 6
+
+
+def test_a_constraint_on_a_metric_that_is_not_a_sum_never_stops_a_race():
+    """throughput_ratio is no sum over prompts: racing cannot test it, so the race goes on
+    (the finished trial's value decides the constraint) instead of failing the sweep."""
+    race = Race(parse_spec({**SPEC, "constraints": ["throughput_ratio >= 1.0"]}), total=16)
+    records = [{"index": i, "correct": 1.0, "new_tokens": 8, "wall_s": 0.1} for i in range(4)]
+    assert race.after(0, records) == 8  # the next rung

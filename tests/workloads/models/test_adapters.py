@@ -175,7 +175,8 @@ def test_local_directory_and_hub_id_take_the_same_loading_call(checkpoints, monk
     assert (
         local_kwargs
         == hub_kwargs
-        == {"trust_remote_code": False, "dtype": torch.bfloat16, "attn_implementation": "eager"}
+        == {"trust_remote_code": False, "dtype": torch.bfloat16, "attn_implementation": "eager",
+            "output_loading_info": True}
     )
     assert local.model.dtype == hub.model.dtype == torch.bfloat16
 

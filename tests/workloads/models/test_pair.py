@@ -82,3 +82,14 @@ def test_drafter_without_shift_declaration_is_refused(tmp_path):
             "verifier": tiny_checkpoint(tmp_path / "v", {})}
     with pytest.raises(PairError, match=r"pair.drafter: say whether logits are shifted"):
         load_pair(spec)
+
+
+def test_weights_that_hold_none_of_the_models_tensors_are_refused(tmp_path):
+    """transformers would start every weight at random, warn, and the pair would decode noise."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = tiny_checkpoint(tmp_path / "m", {})
+    save_file({"unrelated": torch.zeros(4)}, tmp_path / "m" / "model.safetensors")
+    with pytest.raises(PairError, match=rf"pair.model: {path} lacks \d+ of the model's weights"):
+        load_pair({"model": path})
