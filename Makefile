@@ -6,7 +6,7 @@ STAMP := $(VENV)/.specsweep-installed
 # would pull a multi-GB CUDA build); override TORCH to choose another.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint install clean mlflow
+.PHONY: demo test test-fast lint install clean mlflow
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -38,6 +38,10 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q
+
+# The inner loop: everything but the tests marked slow (real sweeps, clusters, simulations).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

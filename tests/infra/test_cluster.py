@@ -21,6 +21,8 @@ from mlflow.tracking import MlflowClient
 from orchestrator.sweep.driver import Driver
 from orchestrator.sweep.spec import parse_spec
 
+pytestmark = pytest.mark.slow  # a real two-node Ray cluster and MLflow servers
+
 BIN = Path(sys.executable).parent
 SPEC = {
     "name": "remote",

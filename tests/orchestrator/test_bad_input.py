@@ -168,6 +168,7 @@ def test_an_empty_data_file_is_named(tmp_path):
                    f"data: {empty} holds no records")
 
 
+@pytest.mark.slow  # a real sweep
 def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished):
     from mlflow.tracking import MlflowClient
 
@@ -217,6 +218,7 @@ def test_decode_settings_a_pair_cannot_run_are_refused_before_it_loads(monkeypat
                    "steps: packed on a dual-mode pair")
 
 
+@pytest.mark.slow  # a real sweep
 def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished):
     import optuna
 
@@ -340,6 +342,7 @@ def test_a_tracking_store_that_cannot_be_created_is_named_before_anything_is_wri
     assert tree(tmp_path) == ["a-file", "spec.yaml"]
 
 
+@pytest.mark.slow  # a real sweep
 def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_path, broken_model):
     """Weights that hold none of the model's tensors pass every check a spec can make without
     loading them; the workers refuse them, and the new sweep's state and MLflow runs go."""

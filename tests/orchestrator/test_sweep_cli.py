@@ -36,6 +36,7 @@ def test_bad_spec_exits_2_with_one_line_and_creates_nothing(tmp_path):
     assert not (tmp_path / ".specsweep").exists()
 
 
+@pytest.mark.slow  # a real sweep
 def test_run_then_status_frontier_export_and_decode(tmp_path):
     spec = write(tmp_path, GOOD)
     result = runner.invoke(app, ["run", str(spec), "--root", str(tmp_path)])
@@ -77,6 +78,7 @@ def test_offline_dataset_or_missing_chat_template_exit_2_and_create_nothing(tmp_
         assert not (tmp_path / ".specsweep").exists()
 
 
+@pytest.mark.slow  # a real sweep
 def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_serving_settings(tmp_path):
     data = {**GOOD, "name": "dfl", "pairs": ["toy-dflash"], "baselines": ["ar", "diffusion"],
             "space": {"schedule": ["linear"], "block": [4], "max_new_tokens": 8}}
@@ -185,3 +187,47 @@ def test_export_to_a_place_it_cannot_write_names_out_and_leaves_nothing(tmp_path
     assert result.output.startswith(f"error: --out: cannot write in {out} ("), result.output
     assert result.output.count("\n") == 1
     assert not Path(out).exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_a_tpe_sweep_process_then_resume_asks_the_interrupted_configurations(tmp_path):
+    """A real `specsweep run` process gets SIGINT with two trials in flight; `--resume`
+    finishes the interrupted configurations, which TPE alone would never propose again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+
+    from orchestrator.sweep.study import load_sweep
+
+    data = {**GOOD, "pairs": ["toy", "toy-self"], "task": {"name": "arith", "limit": 16},
+            "space": {"schedule": ["linear", "packed"], "block": [2, 4, 8], "steps": [1, 2],
+                      "max_new_tokens": 24},
+            "search": {"sampler": "tpe", "trials": 5, "parallel": 2, "seed": 3}, "cluster": {"slots": 2}}
+    spec = write(tmp_path, data)
+    command = [str(Path(sys.executable).parent / "specsweep"), "run", str(spec), "--root", str(tmp_path)]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    journal = tmp_path / ".specsweep" / "cli" / "study.journal"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # a trial finished and two more are in flight
+        text = journal.read_text() if journal.exists() else ""
+        if text.count('"state":1') >= 1 and text.count('"op_code":4') >= 3:
+            break
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode != 0, out
+    _, study = load_sweep(tmp_path, "cli")
+    interrupted = {json.dumps(t.params, sort_keys=True) for t in study.get_trials()
+                   if t.user_attrs.get("interrupted")}
+    assert interrupted, out[-2000:]
+    resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout.decode()[-2000:]
+    _, study = load_sweep(tmp_path, "cli")
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) == 5
+    assert interrupted <= {json.dumps(t.params, sort_keys=True) for t in complete}

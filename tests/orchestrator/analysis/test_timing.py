@@ -13,6 +13,8 @@ from orchestrator.analysis.timing import describe, timing_report
 from orchestrator.sweep.driver import Driver
 from orchestrator.sweep.spec import parse_spec
 
+pytestmark = pytest.mark.slow  # real sweeps under a frozen worker
+
 SPEC = {
     "name": "throttled",
     "pairs": ["toy"],

@@ -3,6 +3,7 @@
 import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -19,6 +20,7 @@ def test_the_script_refuses_a_machine_without_cuda(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_rehearsal_on_cpu_writes_a_passing_report(tmp_path):
     result = CliRunner().invoke(app, ["bench", "gpu", "--device", "cpu", "--n", "2", "--samples", "100",
                                       "--out", str(tmp_path)])

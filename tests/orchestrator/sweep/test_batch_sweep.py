@@ -18,6 +18,8 @@ from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 from orchestrator.sweep.tracking import trial_run_ids
 
+pytestmark = pytest.mark.slow  # real batched sweeps
+
 SPEC = {
     "name": "batched",
     "pairs": ["toy"],

@@ -20,6 +20,8 @@ from orchestrator.sweep.shards import DEPTH, MIN_SHARD
 from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import SweepError, load_sweep
 
+pytestmark = pytest.mark.slow  # real Ray sweeps
+
 SPEC = {
     "name": "t",
     "pairs": ["toy", "toy-self"],

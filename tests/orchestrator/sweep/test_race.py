@@ -15,6 +15,8 @@ from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 from orchestrator.sweep.tracking import trial_run_ids
 
+pytestmark = pytest.mark.slow  # real raced sweeps
+
 SPEC = {
     "name": "race",
     "pairs": ["toy"],

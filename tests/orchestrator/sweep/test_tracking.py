@@ -18,6 +18,8 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.sweep.tracking import Tracker, TrackingError, TrialLog
 
+pytestmark = pytest.mark.slow  # real sweeps against MLflow servers
+
 
 def log(name):
     now = int(time.time() * 1000)
