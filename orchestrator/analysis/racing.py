@@ -9,6 +9,7 @@ above 1): accuracy = Σcorrect/n, throughput_tps = Σnew_tokens/Σwall, and so o
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,14 @@ class Racing:
     resamples: int = 1000
 
 
+def race_order(indices: list[int], seed: int) -> list[int]:
+    """The prompt order of a race: the task's prompts permuted by the sweep seed, so each
+    rung's prompts are a uniform sample of them all (a task file can list its easiest first)."""
+    order = list(indices)
+    random.Random(f"racing:{seed}").shuffle(order)
+    return order
+
+
 def rungs(total: int, racing: Racing) -> list[int]:
     """The prompt counts a candidate is measured at: start, ⌈factor·start⌉, … up to `total`."""
     out, n = [], min(racing.start, total)
@@ -54,6 +63,18 @@ def rungs(total: int, racing: Racing) -> list[int]:
         out.append(n)
         n = min(total, max(n + 1, int(np.ceil(n * racing.factor))))
     return out + [total]
+
+
+# metrics fixed by the law of the output tokens alone: equal for two configurations that
+# provably sample the same law (the same verifier's, under the same settings)
+LAW_METRICS = ("accuracy",)
+
+
+def columns(metric: str) -> tuple[str, str | None]:
+    """(numerator, denominator) of a metric racing compares; ValueError for any other."""
+    if metric not in COLUMNS:
+        raise ValueError(f"racing: {unsummed([metric])}")
+    return COLUMNS[metric]
 
 
 def _column(records: list[dict], name: str | None) -> np.ndarray:
@@ -64,9 +85,7 @@ def _column(records: list[dict], name: str | None) -> np.ndarray:
 def value(records: list[dict], metric: str) -> float:
     """`metric` on `records`: Σ top / Σ bottom over the prompts (`COLUMNS`); NaN when the
     denominator is 0."""
-    if metric not in COLUMNS:
-        raise ValueError(f"racing: {unsummed([metric])}")
-    top, bottom = COLUMNS[metric]
+    top, bottom = columns(metric)
     denominator = _column(records, bottom).sum()
     return float(_column(records, top).sum() / denominator) if denominator > 0 else float("nan")
 
@@ -94,7 +113,7 @@ def better_p(rival: list[dict], candidate: list[dict], metric: str, sign: float,
     P(p ≤ α) ≤ α at every n (exactly, when all 2^n patterns are enumerated). With n = 1 the
     smallest p is 1/2: at α = 0.01 no rival can stop a candidate before 7 prompts. A
     candidate truly better on the metric makes a large Δ rarer still."""
-    top, bottom = COLUMNS[metric]
+    top, bottom = columns(metric)
     a_r, a_c = _column(rival, top), _column(candidate, top)
     b_r, b_c = _column(rival, bottom), _column(candidate, bottom)
     if np.array_equal(a_r, a_c) and np.array_equal(b_r, b_c):
@@ -111,17 +130,24 @@ def better_p(rival: list[dict], candidate: list[dict], metric: str, sign: float,
 
 
 def dominated(candidate: list[dict], rival: list[dict], objectives: dict[str, str], racing: Racing,
-              seed: int = 0) -> bool:
+              same_law: bool = False, seed: int = 0) -> bool:
     """Whether `rival` dominates `candidate` with confidence on their first n shared prompts
     (n = len(candidate) <= len(rival)): for every objective the paired sign-flip test says
-    the rival is better (`better_p` ≤ α) or the two agree on every prompt (the same answers
-    of two lossless configurations count as "not worse"), and for at least one it says better.
+    the rival is better (`better_p` ≤ α), and for at least one it says so; an objective of
+    LAW_METRICS is passed over when the two provably sample one law (`same_law`: their true
+    values are equal, so neither is worse). Two configurations that agree on every prompt
+    of an objective they are not proven equal on are not compared: agreement on n prompts
+    is no evidence that the rival is not worse (a lenient rival wrong on 4% of prompts
+    agrees with a lossless candidate on all of 16 about half the time).
 
-    Error rate: if the candidate is in truth not dominated, some objective on which the two
-    differ is not better for the rival (an intersection-union test), and its test rejects
-    with probability ≤ α, so the rule stops the candidate with probability ≤ α, at every n.
-    A candidate compared with m rivals over k rungs is stopped wrongly with probability
-    ≤ m·k·α (union bound).
+    Error rate: the test assumes each prompt's two records are exchangeable when neither
+    configuration is better (as for two configurations that differ only in timing noise).
+    If the candidate is in truth not dominated, some objective is not better for the rival
+    and its test rejects with probability ≤ α, so the rule stops the candidate with
+    probability ≤ α, at every n (an intersection-union test). A candidate compared with m
+    rivals over k rungs is stopped wrongly with probability ≤ m·k·α (union bound). Records
+    timed under changing load are not exchangeable: race where the `ar` controls do not
+    drift.
     """
     n = len(candidate)
     if n == 0 or len(rival) < n:
@@ -129,12 +155,10 @@ def dominated(candidate: list[dict], rival: list[dict], objectives: dict[str, st
     swaps = flips(n, racing, seed)
     better = False
     for metric, direction in objectives.items():
-        if metric not in COLUMNS:
-            raise ValueError(f"racing: {unsummed([metric])}")
-        p = better_p(rival[:n], candidate, metric, 1.0 if direction == "max" else -1.0, swaps)
-        if p is None:
+        if same_law and metric in LAW_METRICS:
             continue
-        if not p <= racing.alpha:  # NaN (an empty denominator) never stops
+        p = better_p(rival[:n], candidate, metric, 1.0 if direction == "max" else -1.0, swaps)
+        if p is None or not p <= racing.alpha:  # NaN (an empty denominator) never stops
             return False
         better = True
     return better
@@ -153,8 +177,7 @@ def binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
     return 0.0 if top == -math.inf else min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
 
 
-def infeasible(candidate: list[dict], constraints: list[tuple[str, str, float]], racing: Racing,
-               seed: int = 0) -> bool:
+def infeasible(candidate: list[dict], constraints: list[tuple[str, str, float]], racing: Racing) -> bool:
     """Whether some constraint `metric op bound` fails with confidence. Racing tests only
     constraints on a share of prompts (a metric whose per-prompt value is 0 or 1 over the
     prompt count, such as accuracy), with the exact binomial test: for `>= bound`, k right
@@ -173,12 +196,13 @@ def infeasible(candidate: list[dict], constraints: list[tuple[str, str, float]],
     return False
 
 
-def stop(candidate: list[dict], rivals: list[list[dict]], objectives: dict[str, str],
+def stop(candidate: list[dict], rivals: list[tuple[list[dict], bool]], objectives: dict[str, str],
          constraints: list[tuple[str, str, float]], racing: Racing, seed: int = 0) -> bool:
     """The racing rule after a rung: stop `candidate` (its records so far, in prompt order)
-    when it is infeasible with confidence or some rival measured at least as far dominates
-    it with confidence (`dominated`, `infeasible`)."""
-    if infeasible(candidate, constraints, racing, seed):
+    when it is infeasible with confidence or some rival (records, whether it provably samples
+    the candidate's law) measured at least as far dominates it with confidence (`dominated`,
+    `infeasible`)."""
+    if infeasible(candidate, constraints, racing):
         return True
-    return any(dominated(candidate, rival, objectives, racing, seed) for rival in rivals
+    return any(dominated(candidate, rival, objectives, racing, same, seed) for rival, same in rivals
                if len(rival) >= len(candidate))

@@ -17,9 +17,10 @@ import optuna
 from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.racing import Racing, rungs, stop, unsummed, value
+from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
+from orchestrator.sweep.race import law
 from orchestrator.sweep.search import directions, make_sampler, replacement
-from orchestrator.sweep.space import batch_sizes, choose_config, config_of, grid, params_key
+from orchestrator.sweep.space import batch_sizes, candidate_of, choose_config, config_of, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
@@ -106,8 +107,14 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
                 racing: Racing | None) -> Replayed:
     """Ask candidates as `replay` does until `budget` prompt-decodes are spent; each runs on
     every prompt, or (with `racing`) rung by rung, stopped when `racing.stop` says so. The
-    sampler is told the final values of finished candidates; stopped ones are pruned."""
+    sampler is told the final values of finished candidates; stopped ones are pruned. Rungs
+    are prefixes of the order a live race uses (`race_order`), and rivals of one `law` pass
+    over accuracy, as in a live race."""
     total = len(next(iter(records.values())))
+    order = race_order([r["index"] for r in next(iter(records.values()))], spec.search.seed)
+    position = {index: i for i, index in enumerate(order)}
+    records = {k: sorted(rows, key=lambda r: position[r["index"]]) for k, rows in records.items()}
+    laws = {k: law(c.pair, c.config) for k in records for c in [candidate_of(spec, dict(k))]}
     objectives = dict(spec.objectives)
     constraints = constraint_terms(spec.constraints)
     keys = list(records)
@@ -138,7 +145,8 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
             spent += n - done
             done = n
             measured[key] = rows[:n]
-            rivals = [r for k, r in measured.items() if k != key]
+            rivals = [(r, laws[key] is not None and laws[k] == laws[key])
+                      for k, r in measured.items() if k != key]
             if racing and n < total and stop(rows[:n], rivals, objectives, constraints, racing, seed):
                 break
         else:
@@ -161,8 +169,9 @@ def check_replayable(spec: SweepSpec, study: optuna.Study, sweep: str) -> None:
         raise ValueError(f"--racing: {sweep} measured batch sizes {', '.join(map(str, batch_sizes(spec)))}; "
                          "racing replays batch size 1 only")
     points = grid(spec)
-    done = [t.params for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
-    measured = sum(p in done for p in points)
+    done = {params_key(t.params) for t in study.get_trials(deepcopy=False,
+                                                           states=(optuna.trial.TrialState.COMPLETE,))}
+    measured = sum(params_key(p) in done for p in points)
     if measured < len(points):
         raise ValueError(f"--racing: {sweep} measured {measured} of its {len(points)} grid points; finish it "
                          "first (specsweep run SPEC --resume with search.trials covering the grid)")

@@ -32,15 +32,15 @@ import ray
 
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import trial_metrics
-from orchestrator.analysis.racing import STOPPED
+from orchestrator.analysis.racing import STOPPED, race_order
 from orchestrator.stored import baseline_key
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
 from orchestrator.sweep.prompts import pair_prompts
-from orchestrator.sweep.race import Race
+from orchestrator.sweep.race import Race, law
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
 from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
-from orchestrator.sweep.shards import Job, ShardQueue, split
+from orchestrator.sweep.shards import MAX_LOST, Job, ShardQueue, split
 from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, choose_config, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, check_runnable
 from orchestrator.sweep.study import (
@@ -55,7 +55,9 @@ from orchestrator.sweep.study import (
 from orchestrator.sweep.tracking import Tracker, TrackingError, check_reachable, default_uri
 from orchestrator.sweep.workers import Shard, serving, start_workers
 from workloads.decoding import is_exact
+from workloads.decoding.config import ConfigError
 from workloads.decoding.kinds import allows_schedule
+from workloads.models.pair import PairError
 from workloads.tasks import get_task
 
 
@@ -70,6 +72,11 @@ class Progress:
     stopped: int = 0  # trials racing stopped early
     rungs: int = 0  # rungs after which a racing trial went on
     note: str = ""
+
+
+class BaselineFailed(SweepError):
+    """A baseline whose decode raised (its workers did not die): the sweep's input is bad, and
+    a new sweep is undone rather than left half-started."""
 
 
 class Driver:
@@ -104,6 +111,8 @@ class Driver:
         task = get_task(self.spec.task.name, self.spec.task.data)
         self.examples = task.examples(n=self.spec.task.limit, seed=self.spec.task.seed)
         self.by_index = {e.index: e for e in self.examples}
+        if self.spec.search.racing:  # rungs are prefixes: each must sample the prompts uniformly
+            self.examples = [self.by_index[i] for i in race_order(list(self.by_index), self.spec.search.seed)]
         self.prompts = pair_prompts(self.spec, task, self.examples)
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
             check_reachable(self.tracking_uri)
@@ -234,7 +243,9 @@ class Driver:
     def _finish_baseline(self, job: Job) -> None:
         pair, kind, size = job.candidate.pair, job.candidate.config.schedule, job.candidate.batch_size
         if job.error:
-            raise SweepError(f"baseline {kind} of pair {pair} at batch size {size} failed: {job.error}")
+            died = any(n >= MAX_LOST for n in job.lost.values())  # a fault, not the input
+            raise (SweepError if died else BaselineFailed)(
+                f"baseline {kind} of pair {pair} at batch size {size} failed: {job.error}")
         records = shard_records(list(job.results.values()))
         self.baselines[pair][kind, size] = records
         if job.key in self.study.user_attrs:
@@ -252,7 +263,7 @@ class Driver:
             results = list(job.results.values())
             records = shard_records(results)
             if self.race is not None:
-                after = self.race.after(trial.number, records)
+                after = self.race.after(trial.number, records, law(job.candidate.pair, job.candidate.config))
                 if after is not None and after > len(records):  # the next rung: its new prompts only
                     job.shards += self._shards(job.candidate, trial, len(records), after)
                     self.jobs[job.key] = job
@@ -327,7 +338,7 @@ class Driver:
         except BaseException as err:
             # bad input found only once Ray ran (a pair that cannot load, a prompt a baseline
             # cannot decode) leaves a new sweep unstarted; other failures keep it for --resume
-            if starting and self.new and isinstance(err, ValueError) and not isinstance(err, TrackingError):
+            if starting and self.new and isinstance(err, (PairError, ConfigError, BaselineFailed)):
                 self._discard()
             else:
                 self._interrupt(status="FAILED")
@@ -431,7 +442,8 @@ class Driver:
             with contextlib.suppress(TrackingError):  # the bad input is the error to report
                 self.tracker.discard_sweep(self.parent_run)
         if self.spec.search.storage:
-            optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
+            with contextlib.suppress(Exception):  # the bad input stays the error reported
+                optuna.delete_study(study_name=self.spec.name, storage=study_storage(self.dir, self.spec))
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

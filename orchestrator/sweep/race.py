@@ -1,11 +1,12 @@
 """Racing in a live sweep: which prompts a trial decodes next, and whether it stops.
 
 A racing trial runs rung by rung (`analysis.racing.rungs`) on the first prompts of the
-task's fixed order; each rung decodes only its new prompts, as shards the cache keeps, so a
-trial resumed mid-race re-decodes nothing it finished. After a rung the rule of
-`analysis.racing.stop` compares the trial's records with every other trial measured at least
-as far (finished or stopped, this session or an earlier one: their per-prompt columns are
-kept on the study as the `racing` trial attribute).
+race's order (`analysis.racing.race_order`, fixed by the sweep seed); each rung decodes only
+its new prompts, as shards the cache keeps, so a trial resumed mid-race re-decodes nothing
+it finished. After a rung the rule of `analysis.racing.stop` compares the trial's records
+with every other trial measured at least as far (finished or stopped, this session or an
+earlier one: their per-prompt columns are kept on the study as the `racing` trial
+attribute), passing over accuracy for rivals that provably sample its law (`law`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ import optuna
 
 from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
+from workloads.decoding import DecodeConfig
+from workloads.decoding.config import is_exact
+
+
+def law(pair: str, config: DecodeConfig) -> tuple | None:
+    """The output law a configuration provably samples: its verifier's (the pair's) under its
+    sampling settings and length, when the configuration is exact; None otherwise. Two
+    configurations with one law have equal accuracy by construction."""
+    if not is_exact(config):
+        return None
+    return pair, config.temperature, config.top_k, config.top_p, config.max_new_tokens, config.stop
 
 
 @dataclass
@@ -23,6 +35,7 @@ class Race:
     spec: SweepSpec
     total: int  # prompts of the task
     measured: dict[int, list[dict]] = field(default_factory=dict)  # trial number -> records so far
+    laws: dict[int, tuple | None] = field(default_factory=dict)  # trial number -> `law`
 
     @property
     def racing(self) -> Racing:
@@ -38,14 +51,16 @@ class Race:
         """Prompts of the first rung."""
         return rungs(self.total, self.racing)[0]
 
-    def after(self, number: int, records: list[dict]) -> int | None:
-        """After a rung of trial `number` (its records so far, in prompt order): the prompt
-        count of its next rung, `len(records)` when it stops, or None when it has them all."""
-        self.measured[number] = records
+    def after(self, number: int, records: list[dict], trial_law: tuple | None) -> int | None:
+        """After a rung of trial `number` (its records so far, in prompt order; its `law`):
+        the prompt count of its next rung, `len(records)` when it stops, or None when it has
+        them all."""
+        self.measured[number], self.laws[number] = records, trial_law
         n = len(records)
         if n >= self.total:
             return None
-        rivals = [r for k, r in self.measured.items() if k != number]
+        rivals = [(r, trial_law is not None and self.laws.get(k) == trial_law)
+                  for k, r in self.measured.items() if k != number]
         if stop(records, rivals, dict(self.spec.objectives), constraint_terms(self.spec.constraints),
                 self.racing, self.spec.search.seed):
             return n
@@ -62,3 +77,5 @@ class Race:
             kept = t.user_attrs.get("racing")
             if kept:
                 self.measured[t.number] = [dict(zip(kept, row)) for row in zip(*kept.values())]
+                config = DecodeConfig.from_dict(t.user_attrs["config"])
+                self.laws[t.number] = law(t.user_attrs["pair"], config)

@@ -83,14 +83,22 @@ def slot_count(cluster) -> int:
     return count
 
 
+def _started_here() -> str | None:
+    """The address of the cluster `ray start` left on this machine, or None (also when Ray
+    no longer keeps the private helper that reads it)."""
+    try:
+        from ray._private.services import find_bootstrap_address
+    except ImportError:
+        return None
+    return find_bootstrap_address(None)
+
+
 def check_head(address: str, timeout: float = 5.0) -> str:
     """The address to connect to, refused unless its host:port accepts a connection within
     `timeout`. `auto` names RAY_ADDRESS, else the cluster `ray start` last started on this
     machine; never another driver's local head, which Ray's own `auto` would also pick up."""
     if address == "auto":
-        from ray._private.services import find_bootstrap_address
-
-        address = os.environ.get("RAY_ADDRESS") or find_bootstrap_address(None)
+        address = os.environ.get("RAY_ADDRESS", "").removesuffix("auto") or _started_here()
         if not address:
             raise ClusterError("cluster: the Ray address auto finds no Ray cluster on this machine "
                                "(RAY_ADDRESS is unset and no `ray start` is running); start one or give "

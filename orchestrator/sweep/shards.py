@@ -11,7 +11,7 @@ Rules, in one place (the driver supplies the Ray calls, so they are testable wit
   counts once against each shard it held (up to DEPTH), and MAX_LOST deaths under one
   shard fail its job;
 - a shard whose decode raised is retried; MAX_ATTEMPTS failures fail the job (its other
-  shards are dropped, and it is handed back once none of them is in flight).
+  shards are dropped, none is retried, and it is handed back once none is in flight).
 """
 
 from __future__ import annotations
@@ -139,16 +139,16 @@ class ShardQueue:
                 job.lost[i] = job.lost.get(i, 0) + 1
                 if worker not in self.restarting:
                     self.restarting[worker] = self._probe_call(worker)
-                if job.lost[i] < MAX_LOST:
+                if job.error is None and job.lost[i] < MAX_LOST:
                     self.pending.insert(0, (job, i, worker))
                     continue
-                job.error = f"shard {i}: its worker died {MAX_LOST} times"
+                job.error = job.error or f"shard {i}: its worker died {MAX_LOST} times"
             except ShardFailed as err:
                 job.attempts[i] = job.attempts.get(i, 0) + 1
-                if job.attempts[i] < MAX_ATTEMPTS:
+                if job.error is None and job.attempts[i] < MAX_ATTEMPTS:
                     self.pending.insert(0, (job, i, worker))
                     continue
-                job.error = str(err)
+                job.error = job.error or str(err)
             else:
                 job.results[i] = out
                 write_atomic(self.cache_path(job.shards[i]), json.dumps(out))

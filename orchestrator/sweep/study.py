@@ -88,12 +88,10 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
     if not (path / "spec.yaml").is_file():
         raise SweepError(f"sweep {name!r}: no state in {path} (run it first: specsweep run SPEC)")
     spec = parse_spec(yaml.safe_load((path / "spec.yaml").read_text()), str(path / "spec.yaml"))
-    journal = path / "study.journal"
-    if spec.search.storage is None and journal.is_file() and journal.stat().st_size == 0:
-        raise SweepError(f"sweep {name!r}: its study journal {journal} is empty (0 bytes: no study "
-                         "recorded); start over with specsweep run SPEC --fresh")
+    check_not_empty(path, spec)
     if not study_exists(path, spec):
         raise SweepError(f"sweep {name!r}: no study in its storage (run it first: specsweep run SPEC)")
+    journal = path / "study.journal"
     try:
         return spec, open_study(path, spec, create=False)
     except (ValueError, KeyError, TypeError, AttributeError) as err:  # a record Optuna cannot replay
@@ -101,6 +99,16 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
             raise
         raise SweepError(f"sweep {name!r}: its study journal {journal} is damaged: "
                          f"{journal_damage(journal) or f'its records do not replay ({err!r})'}") from None
+
+
+def check_not_empty(path: Path, spec: SweepSpec) -> None:
+    """Refuse a local journal with no record left (emptied by a crash or a full disk): it
+    holds no study to read, and resuming it would start a new one beside the sweep's MLflow
+    runs, logging every trial a second time."""
+    journal = path / "study.journal"
+    if spec.search.storage is None and journal.is_file() and journal.stat().st_size == 0:
+        raise SweepError(f"sweep {spec.name!r}: its study journal {journal} is empty (0 bytes: no study "
+                         "recorded); start over with specsweep run SPEC --fresh")
 
 
 def journal_damage(journal: Path) -> str | None:
@@ -192,13 +200,9 @@ def open_state(path: Path, spec: SweepSpec, spec_yaml: str, resume: bool, fresh:
     state directory, its shard cache and the spec it ran with."""
     if resume:
         check_resumable(path, spec)
-        journal = path / "study.journal"
-        if spec.search.storage is None and journal.is_file() and journal.stat().st_size == 0:
-            # resuming would start a new study beside the sweep's MLflow runs, logging each again
-            raise SweepError(f"sweep {spec.name!r}: its study journal {journal} is empty (the study is "
-                             "lost); start over with --fresh")
         # the trial whose record was cut shows as running: it is asked again, from the cache
         repair_journal(path)
+        check_not_empty(path, spec)  # after the repair: a journal of one cut record is now empty
     if fresh and study_exists(path, spec) and spec.search.storage:
         optuna.delete_study(study_name=spec.name, storage=study_storage(path, spec))
     if fresh and path.exists():

@@ -99,7 +99,7 @@ class DecodeConfig:
             raise bad("max_new_tokens", "must be an integer >= 1")
         if self.verify_order not in VERIFY_ORDERS:
             raise bad("verify_order", f"must be one of {', '.join(VERIFY_ORDERS)}")
-        if self.verify_order != "ltr" and (self.schedule != "packed" or self.temperature != 0
+        if self.verify_order != "ltr" and (self.schedule != "packed" or not point_mass(self.temperature, 0)
                                            or self.rule != "lossless"):
             raise bad("verify_order", "confidence runs greedy lossless packed only (schedule packed, "
                                       "temperature 0, rule lossless): its sampling is not proven exact")

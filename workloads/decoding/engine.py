@@ -38,7 +38,7 @@ from workloads.decoding.output import Output
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
 from workloads.decoding.verifying import verify_finish, verify_forward, verify_step
-from workloads.models.pair import DFlashPair, Pair, SelfPair, kind_of
+from workloads.models.pair import DFlashPair, Pair, SelfPair, kind_of, least_positions
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
                 "accepted", "drafted", "exact", "stop_reason")
@@ -90,8 +90,8 @@ def draft_settings(pair: Pair, config: DecodeConfig) -> DraftSettings:
 def positions(pair: Pair) -> int | None:
     """The positions every network of `pair` has (the least `max_position_embeddings`); None
     for networks without a config (test stubs)."""
-    found = [getattr(getattr(net, "config", None), "max_position_embeddings", None) for net in networks(pair)]
-    return min((n for n in found if isinstance(n, int)), default=None)
+    return least_positions([getattr(getattr(net, "config", None), "max_position_embeddings", None)
+                            for net in networks(pair)])
 
 
 def check_fits(lengths: dict[str, int], max_new_tokens: int, limit: int | None) -> None:

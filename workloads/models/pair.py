@@ -350,8 +350,12 @@ def max_positions(spec: str | dict) -> int | None:
     """The positions every model of a pair spec has (the least `max_position_embeddings` of
     their config.json), read without loading them; None when no local config says."""
     _, spec = _resolve(spec)
-    found = [(_config_dict(spec[f]) or {}).get("max_position_embeddings")
-             for f in ("drafter", "verifier", "model") if isinstance(spec.get(f), str)]
+    return least_positions([(_config_dict(spec[f]) or {}).get("max_position_embeddings")
+                            for f in ("drafter", "verifier", "model") if isinstance(spec.get(f), str)])
+
+
+def least_positions(found: list) -> int | None:
+    """The least of the models' `max_position_embeddings` (None where a model has none)."""
     return min((n for n in found if isinstance(n, int)), default=None)
 
 

@@ -100,4 +100,4 @@ def test_a_constraint_on_a_metric_that_is_not_a_sum_never_stops_a_race():
     (the finished trial's value decides the constraint) instead of failing the sweep."""
     race = Race(parse_spec({**SPEC, "constraints": ["throughput_ratio >= 1.0"]}), total=16)
     records = [{"index": i, "correct": 1.0, "new_tokens": 8, "wall_s": 0.1} for i in range(4)]
-    assert race.after(0, records) == 8  # the next rung
+    assert race.after(0, records, None) == 8  # the next rung

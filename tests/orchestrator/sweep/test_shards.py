@@ -129,6 +129,15 @@ def test_a_failed_job_drops_its_other_shards(tmp_path):
     assert len(w.calls) < 2 + 3  # the third shard never ran after the job failed
 
 
+def test_a_shard_lost_after_its_job_failed_is_not_decoded_again(tmp_path):
+    w = Workers({0: ["raise", "raise", "raise", "die"]})
+    q = queue(tmp_path, w, serves={0: ["toy"]})
+    j = job(shards=3)
+    q.add(j)
+    assert drain(q) == [j] and j.error == "ValueError: bad config"
+    assert len(w.calls) == 4  # shard 1 died after shard 0 failed the job: dropped, not queued
+
+
 def test_a_dead_worker_gets_nothing_until_its_probe_says_it_is_back(tmp_path):
     w = Workers({0: ["die"]}, down=2)
     q = queue(tmp_path, w)
