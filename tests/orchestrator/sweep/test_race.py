@@ -101,3 +101,29 @@ def test_a_constraint_on_a_metric_that_is_not_a_sum_never_stops_a_race():
     race = Race(parse_spec({**SPEC, "constraints": ["throughput_ratio >= 1.0"]}), total=16)
     records = [{"index": i, "correct": 1.0, "new_tokens": 8, "wall_s": 0.1} for i in range(4)]
     assert race.after(0, records, None) == 8  # the next rung
+
+
+def test_a_rival_of_the_same_law_stops_on_speed_alone_and_one_of_another_law_does_not():
+    """Two lossless configurations of one pair answer alike by construction: the slower one
+    stops. A lossy rival that merely agreed on these prompts does not stop it."""
+    from orchestrator.sweep.race import law
+    from workloads.decoding import DecodeConfig
+
+    race = Race(parse_spec(SPEC), total=32)
+    fast = [{"index": i, "correct": 1.0, "new_tokens": 8, "wall_s": 0.05 + 0.001 * i} for i in range(16)]
+    slow = [{**r, "wall_s": 2 * r["wall_s"]} for r in fast]
+    lossless = law("toy", DecodeConfig(block=4, steps=1))
+    lossy = law("toy", DecodeConfig(block=4, steps=1, rule="linear", leniency=1.0))
+    assert lossless is not None and lossy is None
+    race.after(0, fast, lossy)
+    assert race.after(1, slow, lossless) == 32  # only a lossy rival: the race goes on
+    race.after(2, fast, lossless)
+    assert race.after(3, slow, lossless) == 16  # stopped by trial 2, of its own law
+
+
+def test_a_race_runs_in_a_seeded_order_of_the_prompts():
+    from orchestrator.analysis.racing import race_order
+
+    order = race_order(list(range(64)), seed=0)
+    assert sorted(order) == list(range(64)) and order != list(range(64))
+    assert order == race_order(list(range(64)), seed=0) != race_order(list(range(64)), seed=1)
