@@ -163,6 +163,7 @@ def test_joint_law_holds_for_rows_inside_batches(pair, settings):
     assert pvalue > ALPHA
 
 
+@pytest.mark.slow  # the sampled harness, thousands of decodes
 def test_the_batched_harness_detects_confidence_ordered_drafts():
     config = DecodeConfig(schedule="linear", steps=2, unmask="confidence", **SAMPLING)
     pvalue, drafted = sampled_in_batches(law_pair(), config, samples=2400)

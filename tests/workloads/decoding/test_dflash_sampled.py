@@ -18,6 +18,8 @@ from workloads.decoding import DecodeConfig, decode_batch, is_exact
 from workloads.decoding.sampling import distribution
 from workloads.models.pair import DFlashPair, load_pair
 
+pytestmark = pytest.mark.slow  # sampled joint-law harness: thousands of decodes per case
+
 ALPHA = 1e-3
 SAMPLES = 300
 PROMPT = "45+"

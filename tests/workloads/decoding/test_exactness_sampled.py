@@ -22,6 +22,8 @@ from scipy.stats import chisquare
 from tests.workloads.decoding.laws import PROMPT, ar_joint, law_pair, law_self, marginal
 from workloads.decoding import DecodeConfig, decode, is_exact
 
+pytestmark = pytest.mark.slow  # sampled joint-law harness: thousands of decodes per case
+
 ALPHA = 1e-3
 SAMPLES = 1200
 MAX_NEW = 5

@@ -26,6 +26,8 @@ from tests.workloads.decoding.laws import PROMPT, TOK, A, B, ar_b, draft_b, law_
 from workloads.decoding import DecodeConfig, acceptance, decode
 from workloads.decoding.acceptance import verify
 
+pytestmark = pytest.mark.slow  # sampled rule-law harness: thousands of decodes per case
+
 ALPHA = 1e-3
 RULES = {"linear": 0.5, "cactus": 0.3}  # rule -> λ or δ
 
