@@ -19,8 +19,8 @@ from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
 from orchestrator.sweep.race import law
-from orchestrator.sweep.search import directions, make_sampler, replacement
-from orchestrator.sweep.space import batch_sizes, candidate_of, choose_config, config_of, grid, params_key
+from orchestrator.sweep.search import ask_untried, directions, make_sampler
+from orchestrator.sweep.space import batch_sizes, candidate_of, config_of, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
@@ -45,13 +45,9 @@ def replay(
         study.enqueue_trial(params)
     seen: dict[tuple, tuple] = {}
     while len(seen) < min(budget, len(table)):
-        trial = study.ask()
-        choose_config(spec, trial.suggest_categorical)
+        trial, _ = ask_untried(study, spec, lambda key, _: key in seen or key not in table,
+                               lambda: [dict(k) for k in table if k not in seen])
         key = params_key(trial.params)
-        if key in seen or key not in table:  # duplicate: an untried point instead, as the driver does
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            study.enqueue_trial(replacement([dict(k) for k in table if k not in seen], trial.number))
-            continue
         seen[key] = table[key]
         study.tell(trial, list(table[key]))
     return list(seen.values())
@@ -131,14 +127,9 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
         if study is None:
             key, trial = next(order), None
         else:
-            trial = study.ask()
-            choose_config(spec, trial.suggest_categorical)
+            trial, _ = ask_untried(study, spec, lambda k, _: k in measured or k not in records,
+                                   lambda: [dict(k) for k in records if k not in measured])
             key = params_key(trial.params)
-            if key in measured or key not in records:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                untried = [dict(k) for k in records if k not in measured]
-                study.enqueue_trial(replacement(untried, trial.number))
-                continue
         rows = records[key]
         done = 0
         for n in rungs(total, racing) if racing else [total]:

@@ -39,9 +39,9 @@ from orchestrator.sweep.outcome import constraint_values, shard_records, trial_o
 from orchestrator.sweep.prompts import pair_prompts
 from orchestrator.sweep.race import Race, law
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
-from orchestrator.sweep.search import finished_trials, guided_start, remaining_grid, replacement, tried_keys
+from orchestrator.sweep.search import ask_untried, finished_trials, guided_start, remaining_grid, tried_keys
 from orchestrator.sweep.shards import MAX_LOST, Job, ShardQueue, split
-from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, choose_config, grid, params_key
+from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, check_runnable
 from orchestrator.sweep.study import (
     StateLock,
@@ -208,21 +208,14 @@ class Driver:
     # -- trials ------------------------------------------------------------------------------
 
     def _ask(self) -> Job | None:
-        """Start the next trial on a configuration not measured yet. A sampler that proposes
-        one already tried (TPE exploits) gets that trial pruned as a duplicate and an untried
-        grid point enqueued instead; None when the whole space has been tried."""
-        trial = self.study.ask()
-        candidate = choose_config(self.spec, trial.suggest_categorical)
-        tried = tried_keys(self.study, exclude=trial.number)
-        if params_key(trial.params) in tried:
-            trial.set_user_attr("duplicate", True)
-            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            untried = [p for p in self._space() if params_key(p) not in tried]
-            if not untried:
-                self.target = self.progress.target = self.progress.finished + len(self.jobs)
-                return None
-            self.study.enqueue_trial(replacement(untried, trial.number))
-            return self._ask()
+        """Start the next trial on a configuration not measured yet (`ask_untried`); None when
+        the whole space has been tried."""
+        asked = ask_untried(self.study, self.spec, lambda key, number: key in tried_keys(self.study, number),
+                            lambda: [p for p in self._space() if params_key(p) not in tried_keys(self.study)])
+        if asked is None:
+            self.target = self.progress.target = self.progress.finished + len(self.jobs)
+            return None
+        trial, candidate = asked
         trial.set_user_attr("pair", candidate.pair)
         trial.set_user_attr("config", candidate.config.to_dict())
         trial.set_user_attr("batch_size", candidate.batch_size)
@@ -263,14 +256,14 @@ class Driver:
             results = list(job.results.values())
             records = shard_records(results)
             if self.race is not None:
-                after = self.race.after(trial.number, records, law(job.candidate.pair, job.candidate.config))
-                if after is not None and after > len(records):  # the next rung: its new prompts only
-                    job.shards += self._shards(job.candidate, trial, len(records), after)
+                rung = self.race.after(trial.number, records, law(job.candidate.pair, job.candidate.config))
+                if rung.next is not None:  # the next rung: its new prompts only
+                    job.shards += self._shards(job.candidate, trial, len(records), rung.next)
                     self.jobs[job.key] = job
                     self.queue.add(job)
                     self.progress.rungs += 1
                     return
-                stopped = after
+                stopped = len(records) if rung.stopped else None
                 self.race.keep(trial, records)
             ar = self.baselines.get(job.candidate.pair, {}).get(("ar", job.candidate.batch_size))
             metrics, control = trial_outcome(results, ar, self.spec.search.seed)

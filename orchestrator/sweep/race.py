@@ -30,6 +30,15 @@ def law(pair: str, config: DecodeConfig) -> tuple | None:
     return pair, config.temperature, config.top_k, config.top_p, config.max_new_tokens, config.stop
 
 
+@dataclass(frozen=True)
+class Rung:
+    """A race's decision after a rung: go on to `next` prompts, stop (`stopped`: dominated
+    or infeasible with confidence), or neither (every prompt measured: the trial finishes)."""
+
+    next: int | None = None
+    stopped: bool = False
+
+
 @dataclass
 class Race:
     spec: SweepSpec
@@ -51,20 +60,19 @@ class Race:
         """Prompts of the first rung."""
         return rungs(self.total, self.racing)[0]
 
-    def after(self, number: int, records: list[dict], trial_law: tuple | None) -> int | None:
-        """After a rung of trial `number` (its records so far, in prompt order; its `law`):
-        the prompt count of its next rung, `len(records)` when it stops, or None when it has
-        them all."""
+    def after(self, number: int, records: list[dict], trial_law: tuple | None) -> Rung:
+        """The decision after a rung of trial `number` (its records so far, in prompt order;
+        its `law`)."""
         self.measured[number], self.laws[number] = records, trial_law
         n = len(records)
         if n >= self.total:
-            return None
+            return Rung()
         rivals = [(r, trial_law is not None and self.laws.get(k) == trial_law)
                   for k, r in self.measured.items() if k != number]
         if stop(records, rivals, dict(self.spec.objectives), constraint_terms(self.spec.constraints),
                 self.racing, self.spec.search.seed):
-            return n
-        return next(m for m in rungs(self.total, self.racing) if m > n)
+            return Rung(stopped=True)
+        return Rung(next=next(m for m in rungs(self.total, self.racing) if m > n))
 
     def keep(self, trial: optuna.Trial, records: list[dict]) -> None:
         """Keep a trial's per-prompt columns on the study, for racing after a resume."""

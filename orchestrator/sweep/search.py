@@ -5,10 +5,12 @@ these, so a replayed strategy asks exactly what a live sweep would."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import optuna
 
 from orchestrator.analysis.racing import STOPPED
+from orchestrator.sweep.space import Candidate, choose_config, config_of, params_key
 from orchestrator.sweep.spec import SweepSpec
 
 
@@ -44,6 +46,25 @@ def replacement(untried: list[dict], trial_number: int) -> dict:
     return random.Random(trial_number).choice(untried)
 
 
+def ask_untried(study: optuna.Study, spec: SweepSpec, tried: Callable[[tuple, int], bool],
+                untried: Callable[[], list[dict]]) -> tuple[optuna.Trial, Candidate] | None:
+    """The next trial of `study` on a configuration not tried yet, with its candidate: a
+    proposal `tried(params key, trial number)` says was tried is pruned as a duplicate and an
+    `untried()` point (`replacement`) enqueued instead; None when none is left. The one
+    duplicate rule of live sweeps and of their replays."""
+    while True:
+        trial = study.ask()
+        candidate = choose_config(spec, trial.suggest_categorical)
+        if not tried(params_key(trial.params), trial.number):
+            return trial, candidate
+        trial.set_user_attr("duplicate", True)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        left = untried()
+        if not left:
+            return None
+        study.enqueue_trial(replacement(left, trial.number))
+
+
 def guided_start(spec: SweepSpec, space: list[dict], tried: set, budget: int) -> list[dict]:
     """Model-guided start: the untried configurations the calibrated throughput model
     predicts on the (throughput, quality) frontier, at most `budget // 2` of them."""
@@ -51,7 +72,6 @@ def guided_start(spec: SweepSpec, space: list[dict], tried: set, budget: int) ->
     from pathlib import Path
 
     from orchestrator.analysis.throughput import predicted_frontier
-    from orchestrator.sweep.space import config_of, params_key
 
     calibration = json.loads(Path(spec.search.guide).expanduser().read_text())
     front = predicted_frontier([(p, config_of(spec, p)) for p in space], calibration)
@@ -69,8 +89,6 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def tried_keys(study: optuna.Study, exclude: int = -1) -> set:
     """params_key of every configuration finished, failed, stopped by racing or in flight
     (interrupted ones are asked again), other than trial `exclude`'s."""
-    from orchestrator.sweep.space import params_key
-
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     return {params_key(t.params) for t in finished_trials(study) + running if t.number != exclude}
 

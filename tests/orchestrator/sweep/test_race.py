@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.analysis.export import export_configs
 from orchestrator.analysis.summary import frontier_rows, status_lines
 from orchestrator.sweep.driver import Driver
-from orchestrator.sweep.race import Race
+from orchestrator.sweep.race import Race, Rung
 from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 from orchestrator.sweep.tracking import trial_run_ids
@@ -100,7 +100,7 @@ def test_a_constraint_on_a_metric_that_is_not_a_sum_never_stops_a_race():
     (the finished trial's value decides the constraint) instead of failing the sweep."""
     race = Race(parse_spec({**SPEC, "constraints": ["throughput_ratio >= 1.0"]}), total=16)
     records = [{"index": i, "correct": 1.0, "new_tokens": 8, "wall_s": 0.1} for i in range(4)]
-    assert race.after(0, records, None) == 8  # the next rung
+    assert race.after(0, records, None) == Rung(next=8)  # the next rung
 
 
 def test_a_rival_of_the_same_law_stops_on_speed_alone_and_one_of_another_law_does_not():
@@ -116,9 +116,9 @@ def test_a_rival_of_the_same_law_stops_on_speed_alone_and_one_of_another_law_doe
     lossy = law("toy", DecodeConfig(block=4, steps=1, rule="linear", leniency=1.0))
     assert lossless is not None and lossy is None
     race.after(0, fast, lossy)
-    assert race.after(1, slow, lossless) == 32  # only a lossy rival: the race goes on
+    assert race.after(1, slow, lossless) == Rung(next=32)  # only a lossy rival: the race goes on
     race.after(2, fast, lossless)
-    assert race.after(3, slow, lossless) == 16  # stopped by trial 2, of its own law
+    assert race.after(3, slow, lossless) == Rung(stopped=True)  # by trial 2, of its own law
 
 
 def test_a_race_runs_in_a_seeded_order_of_the_prompts():

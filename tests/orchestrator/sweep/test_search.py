@@ -7,6 +7,7 @@ import optuna
 import pytest
 
 from orchestrator.sweep.search import (
+    ask_untried,
     finished_trials,
     guided_start,
     make_sampler,
@@ -40,6 +41,19 @@ def test_the_replacement_of_a_duplicate_is_untried_and_reproducible():
     space = grid(parse_spec(SPEC))
     assert replacement(space, 7) == replacement(space, 7)
     assert replacement(space[:1], 3) == space[0]
+
+
+def test_a_duplicate_proposal_is_pruned_and_an_untried_point_asked_instead():
+    spec = parse_spec(SPEC)
+    study = optuna.create_study(directions=["maximize", "maximize"], sampler=make_sampler(spec))
+    space = grid(spec)
+    study.enqueue_trial(space[0])
+    first = params_key(space[0])
+    trial, candidate = ask_untried(study, spec, lambda key, _: key == first, lambda: space[1:2])
+    assert trial.params == space[1] and candidate.config.block == space[1].get("block", 4)
+    duplicate = study.trials[0]
+    assert duplicate.state == optuna.trial.TrialState.PRUNED and duplicate.user_attrs["duplicate"]
+    assert ask_untried(study, spec, lambda key, _: True, lambda: []) is None  # nothing left
 
 
 def test_tried_and_remaining_grid_count_what_is_finished_or_waiting_but_not_the_interrupted():
