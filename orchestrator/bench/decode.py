@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.analysis.metrics import trial_metrics
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.engine import DecodeResult, decode
 from workloads.decoding.kinds import allows_schedule
@@ -28,15 +29,21 @@ class Totals:
     def throughput(self) -> float:
         return self.sum("new_tokens") / self.sum("wall_s")
 
+    def metrics(self) -> dict[str, float]:
+        """The trial metrics of these decodes (`analysis.metrics.trial_metrics`: one formula
+        per figure, the same a sweep logs)."""
+        return trial_metrics([{**r.to_dict(), "index": i} for i, r in enumerate(self.results)])
+
     def row(self, ar_throughput: float) -> dict:
         n = max(1, len(self.results))
         iterations = max(1.0, self.sum("iterations"))
+        metrics = self.metrics()
         return {
             "config": self.label,
             "accuracy": self.correct / n,
-            "tokens_per_nfe": self.sum("new_tokens") / self.sum("nfe"),
-            "acceptance_rate": self.sum("accepted") / self.sum("drafted") if self.sum("drafted") else None,
-            "mean_accept_len": self.sum("accepted") / iterations,
+            "tokens_per_nfe": metrics["tokens_per_nfe"],
+            "acceptance_rate": metrics.get("acceptance_rate"),
+            "mean_accept_len": metrics.get("mean_accept_len"),
             "speedup": self.throughput / ar_throughput,
             "throughput_tps": self.throughput,
             "overhead_ms_per_iter": 1000 * self.sum("overhead_s") / iterations,

@@ -48,10 +48,10 @@ def compare_schedules(
         row = {
             "config": label,
             "accuracy": t.correct / len(prompts) if score else None,
-            "tokens_per_nfe": t.sum("new_tokens") / t.sum("nfe"),
+            "tokens_per_nfe": t.metrics()["tokens_per_nfe"],
             "ms_per_nfe": 1000 * t.sum("model_s") / t.sum("nfe"),
             "rows_per_iteration": t.sum("rows") / t.sum("iterations"),
-            "mean_accept_len": t.sum("accepted") / t.sum("iterations"),
+            "mean_accept_len": t.metrics().get("mean_accept_len"),
             "overhead_share": t.sum("overhead_s") / t.sum("wall_s"),
             "vs_ar": t.throughput / totals["ar"].throughput,
         }
