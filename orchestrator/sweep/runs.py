@@ -24,11 +24,7 @@ def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: i
     batch = f" b{batch_size}" if batch_size > 1 else ""
     if baseline:
         return f"{pair} {baseline} baseline{batch}"
-    parts = [pair, config["schedule"], f"B{config['block']}"]
-    if config.get("threshold") is not None:
-        parts.append(f"τ{config['threshold']:g}")
-    else:
-        parts.append(f"K{config.get('steps') or 1}")
+    parts = [pair, config["schedule"], f"B{config['block']}", effort(config).replace("=", "")]
     rule, lenient = config["rule"], config.get("leniency", 0)
     parts.append({"lossless": "lossless", "linear": f"λ{lenient:g}", "cactus": f"δ{lenient:g}",
                   "match": f"match λ{lenient:g}"}[rule])
