@@ -60,6 +60,12 @@ class ErrorRate:
         Four, not three: a table of ~300 rates would put one past three by chance alone."""
         return 4.0 * float(np.sqrt(self.alpha * (1 - self.alpha) / self.reps))
 
+    @property
+    def over(self) -> bool:
+        """Whether some wrong-stop rate of this cell exceeds α by more than `margin`."""
+        worst = max(self.dominated, self.speed_only, self.accuracy_gap, self.infeasible)
+        return worst > self.alpha + self.margin
+
 
 def error_rate(n: int, shape: str, alpha: float, reps: int, seed: int = 0) -> ErrorRate:
     """Wrong stops over `reps` simulated comparisons at n prompts (see the module docstring)."""
@@ -87,3 +93,14 @@ def error_rate(n: int, shape: str, alpha: float, reps: int, seed: int = 0) -> Er
 def error_table(sizes=SIZES, alphas=(0.01, 0.05), reps: int = 2000, seed: int = 0) -> list[ErrorRate]:
     """`error_rate` for every size, shape and α."""
     return [error_rate(n, shape, alpha, reps, seed) for alpha in alphas for shape in SHAPES for n in sizes]
+
+
+def table(rows: list[ErrorRate]) -> list[str]:
+    """The lines `specsweep bench racing` prints: one per cell, flagged OVER past its margin."""
+    lines = [f"wrongly stopped, share of {rows[0].reps} simulated comparisons; objectives throughput_tps "
+             "and accuracy (max); constraint accuracy >= its true value",
+             f"{'shape':<7} {'alpha':>5} {'n':>3} {'dominated':>9} {'speed only':>10} {'accuracy gap':>12} "
+             f"{'infeasible':>10} {'margin':>6}"]
+    return lines + [f"{r.shape:<7} {r.alpha:>5.2f} {r.n:>3} {r.dominated:>9.4f} {r.speed_only:>10.4f} "
+                    f"{r.accuracy_gap:>12.4f} {r.infeasible:>10.4f} {r.margin:>6.4f}"
+                    + ("  OVER" if r.over else "") for r in rows]

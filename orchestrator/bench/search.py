@@ -18,7 +18,7 @@ from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
-from orchestrator.sweep.race import law
+from orchestrator.sweep.race import law, same_law
 from orchestrator.sweep.search import ask_untried, directions, make_sampler
 from orchestrator.sweep.space import batch_sizes, candidate_of, config_of, grid, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
@@ -136,8 +136,7 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
             spent += n - done
             done = n
             measured[key] = rows[:n]
-            rivals = [(r, laws[key] is not None and laws[k] == laws[key])
-                      for k, r in measured.items() if k != key]
+            rivals = [(r, same_law(laws[key], laws[k])) for k, r in measured.items() if k != key]
             if racing and n < total and stop(rows[:n], rivals, objectives, constraints, racing, seed):
                 break
         else:

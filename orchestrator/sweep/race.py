@@ -30,6 +30,11 @@ def law(pair: str, config: DecodeConfig) -> tuple | None:
     return pair, config.temperature, config.top_k, config.top_p, config.max_new_tokens, config.stop
 
 
+def same_law(a: tuple | None, b: tuple | None) -> bool:
+    """Whether two `law`s are one known law (None, not exact, matches nothing)."""
+    return a is not None and a == b
+
+
 @dataclass(frozen=True)
 class Rung:
     """A race's decision after a rung: go on to `next` prompts, stop (`stopped`: dominated
@@ -67,8 +72,7 @@ class Race:
         n = len(records)
         if n >= self.total:
             return Rung()
-        rivals = [(r, trial_law is not None and self.laws.get(k) == trial_law)
-                  for k, r in self.measured.items() if k != number]
+        rivals = [(r, same_law(trial_law, self.laws.get(k))) for k, r in self.measured.items() if k != number]
         if stop(records, rivals, dict(self.spec.objectives), constraint_terms(self.spec.constraints),
                 self.racing, self.spec.search.seed):
             return Rung(stopped=True)
