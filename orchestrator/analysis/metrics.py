@@ -7,6 +7,8 @@ and `batch_nfe`. Speed is a property of batches: a batch's prompts share its wal
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 TRIAL_METRICS = (
@@ -75,6 +77,30 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
     if all(r.get("correct") is not None for r in records):
         values["accuracy"] = sum(r["correct"] for r in records) / n
     return {k: v for k, v in values.items() if v is not None}
+
+
+def acceptance_by_position(records: list[dict]) -> dict[str, list]:
+    """The accept-length histogram of a trial and its acceptance rate per draft position,
+    over every verifying iteration t of every prompt (A_t: a record's `accept_lengths`, the
+    draft tokens iteration t accepted; T: those iterations; m = max_t A_t):
+
+        accept_len_hist[j]         = #{t ∈ T : A_t = j},                     j = 0..m
+        acceptance_rate_pos[i − 1] = #{t ∈ T : A_t ≥ i} / |T|                i = 1..m
+
+    a position's rate is the share of iterations that accepted draft position i (and so every
+    position before it); an iteration that drafted fewer than i tokens counts as not accepting
+    it, and positions past m (accepted by no iteration, rate 0) are left out.
+    Σ_j j·accept_len_hist[j] = Σaccepted, and Σ_i acceptance_rate_pos = E[A] =
+    mean_accept_len when every iteration verifies a draft. {} when no iteration verified one
+    (`ar`, `diffusion`, records without `accept_lengths`)."""
+    lengths = [a for r in records for a in r.get("accept_lengths", ())]
+    if not lengths:
+        return {}
+    hist = [0] * (max(lengths) + 1)
+    for a in lengths:
+        hist[a] += 1
+    at_least = list(itertools.accumulate(reversed(hist)))[::-1]  # at_least[i] = #{t : A_t ≥ i}
+    return {"accept_len_hist": hist, "acceptance_rate_pos": [n / len(lengths) for n in at_least[1:]]}
 
 
 def paired_bootstrap(trial: list[dict], baseline: list[dict], resamples: int = 2000,

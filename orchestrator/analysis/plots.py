@@ -1,6 +1,8 @@
 """Sweep plots (PNG): speed–quality frontier for throughput and latency (as the paper's
 Figure 4: every trial hollow, the frontier as a line with points coloured by K or τ,
-baselines marked), hypervolume history, and the schedules side by side when more than one ran."""
+baselines marked), hypervolume history, and the schedules side by side when more than one
+ran (`sweep_plots`, from the study); and the frontier trials' acceptance rate by draft
+position (`acceptance_figure`, from what their MLflow runs logged)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ LABELS = {
     "latency_s": "latency (s per prompt)",
     "accuracy": "accuracy (fraction correct)",
     "acceptance_rate": "acceptance rate (accepted / drafted)",
+    "acceptance_rate_pos": "acceptance rate at position i, P(A ≥ i)",
 }
 
 
@@ -102,6 +105,24 @@ def schedules_figure(trials: list[dict], x: str = "throughput_tps", y: str = "ac
             label=schedule,
         )
     return _finish(fig, ax, x, y, title)
+
+
+def acceptance_figure(curves: dict[str, list[float]], title: str = ""):
+    """One line per trial (label -> its `acceptance_rate_pos`, analysis.metrics.
+    acceptance_by_position) against the draft position i = 1, 2, ..."""
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    colours = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20")
+    for n, (label, rates) in enumerate(curves.items()):
+        ax.plot(range(1, len(rates) + 1), rates, marker="o", ms=3, color=colours(n % colours.N), label=label)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("draft position i")
+    ax.set_ylabel(LABELS["acceptance_rate_pos"])
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
 
 
 def _finish(fig, ax, x: str, y: str, title: str, fontsize: float | None = None):

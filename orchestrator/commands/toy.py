@@ -23,7 +23,7 @@ def _print_quality(acc: dict[str, float], as_json: bool) -> bool:
         typer.echo(json.dumps({"accuracy": acc, "checks": dict(checks)}))
     else:
         width = max(map(len, acc)) + 2
-        typer.echo(f"{'model / mode':<{width}}accuracy (accepted_per_iteration: draft tokens)")
+        typer.echo(f"{'model / mode':<{width}}accuracy (mean_accept_len: draft tokens)")
         for key, value in acc.items():
             typer.echo(f"{key:<{width}}{value:.3f}")
         for text, ok in checks:

@@ -1,7 +1,9 @@
 """What each MLflow run of a sweep is called and holds. A trial's run is named for its
 configuration (`toy linear B4 K1 lossless`, `toy-self packed B8 λ0.5`), a baseline's for
-its kind (`toy ar baseline`), so the run list reads without opening a run; the parent run
-carries the sweep's summary: frontier table (CSV and HTML), plots and timing report."""
+its kind (`toy ar baseline`), so the run list reads without opening a run; a run that
+verified drafts also holds its acceptance by draft position (`acceptance_rate_pos`, step i
+= position i, and ACCEPTANCE: the accept-length histogram); the parent run carries the
+sweep's summary: frontier table (CSV and HTML), plots and timing report."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import time
 from pathlib import Path
 
+from orchestrator.analysis.metrics import acceptance_by_position
 from orchestrator.analysis.summary import effort
 from orchestrator.files import write_atomic
 from orchestrator.sweep.tracking import TrialLog
@@ -44,11 +47,15 @@ def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) 
             "task_limit": task.limit, "task_seed": task.seed}
 
 
+ACCEPTANCE = "accept_len_hist.json"  # a trial run's artifact: analysis.metrics.acceptance_by_position
+
+
 def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: dict, table: list[dict],
               status: str) -> TrialLog:
     """The nested run of a finished job (trial or baseline) under the sweep's parent run."""
     pair, config = job.candidate.pair, job.candidate.config.to_dict()
     results = job.results.values()
+    acceptance = acceptance_by_position(table)
     return TrialLog(
         name=run_name(pair, config, tags.get("specsweep.baseline"), job.candidate.batch_size),
         tags={"specsweep.sweep": spec.name, "mlflow.parentRunId": parent_run, "specsweep.role": "trial",
@@ -57,7 +64,9 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
               "specsweep.nodes": ",".join(sorted({out["node"] for out in results})), **tags},
         params=trial_params(pair, pair_kind, config, spec.task, job.candidate.batch_size),
         metrics=metrics, table=table, status=status,
-        start_ms=int(job.start * 1000), end_ms=int(time.time() * 1000))
+        start_ms=int(job.start * 1000), end_ms=int(time.time() * 1000),
+        series={"acceptance_rate_pos": acceptance["acceptance_rate_pos"]} if acceptance else {},
+        documents={ACCEPTANCE: acceptance} if acceptance else {})
 
 
 VIEW = "specsweep"  # the experiment's shared view: its key in the UI's ?viewStateShareKey=
@@ -93,8 +102,10 @@ COLUMNS = ("trial", "run", "pair", "batch_size", "schedule", "block", "effort", 
 
 def log_summary(tracker, run: str, spec, study, folder: Path) -> None:
     """The parent run's summary: plots, frontier table, timing report (`folder/timing.json`),
-    drift and cost metrics, and a tag naming the trials whose timing was flagged."""
-    from orchestrator.analysis.plots import sweep_plots
+    drift and cost metrics, and a tag naming the trials whose timing was flagged. The
+    acceptance plot draws the frontier trials' `acceptance_rate_pos` as their runs logged it
+    (a trial whose log is still queued for --resume is left out)."""
+    from orchestrator.analysis.plots import acceptance_figure, save, sweep_plots
     from orchestrator.analysis.summary import frontier_rows, sweep_cost
     from orchestrator.analysis.timing import flagged, timing_report
 
@@ -105,6 +116,14 @@ def log_summary(tracker, run: str, spec, study, folder: Path) -> None:
     table = frontier_table(spec, rows, {n: r.info.run_name for n, r in runs.items()})
     for path in write_frontier(spec, table, folder):
         tracker.attach(run, path, "")
+    curves = {}
+    for n in sorted({r["trial"] for r in rows} & runs.keys()):
+        rates = tracker.series(runs[n].info.run_id, "acceptance_rate_pos")
+        if rates:
+            curves[f"trial {n}: {runs[n].info.run_name}"] = rates
+    if curves:
+        figure = acceptance_figure(curves, f"{spec.name}: acceptance by draft position, frontier trials")
+        tracker.attach(run, save(figure, folder / "plots" / "acceptance.png"), "plots")
     report = timing_report(study)
     write_atomic(folder / "timing.json", json.dumps(report, indent=1))
     tracker.attach(run, folder / "timing.json", "")

@@ -1,11 +1,11 @@
 """MLflow tracking, written only by the driver: a parent run per sweep, a nested run per trial.
 
 Each trial's logging is one unit of steps (create the run, log params/metrics/tags in one
-batch, the per-prompt table, terminate). A unit that fails midway (tracking server down)
-stays queued and resumes from the step that failed, so a retry never duplicates a run;
-`flush` retries the queue, and what is still unsent at the end is saved to a file that the
-next `--resume` replays. After `start_background()` a thread of the driver sends the queue,
-so logging never holds up handing shards to workers.
+batch, the per-prompt table, its small JSON documents, terminate). A unit that fails midway
+(tracking server down) stays queued and resumes from the step that failed, so a retry never
+duplicates a run; `flush` retries the queue, and what is still unsent at the end is saved to
+a file that the next `--resume` replays. After `start_background()` a thread of the driver
+sends the queue, so logging never holds up handing shards to workers.
 """
 
 from __future__ import annotations
@@ -104,6 +104,8 @@ class TrialLog:
     end_ms: int
     run_id: str | None = None
     steps_done: list[str] = field(default_factory=list)
+    series: dict[str, list[float]] = field(default_factory=dict)  # metric -> its values at steps 1, 2, ...
+    documents: dict[str, dict] = field(default_factory=dict)  # artifact file name -> its JSON
 
 
 class Tracker:
@@ -147,13 +149,14 @@ class Tracker:
         self.client.log_text(run.info.run_id, spec_yaml, "spec.yaml")
         return run.info.run_id
 
-    def _on_parent(self, what: str, call, *args, **kwargs) -> None:
-        """One call on the parent run; a server that fails it is one TrackingError naming the
-        URI (what the parent run lacks is redone by `--resume`, which ends it again)."""
+    def _on_parent(self, what: str, call, *args, **kwargs):
+        """One call for the parent run, returning what it returns; a server that fails it is
+        one TrackingError naming the URI (what the parent run lacks is redone by `--resume`,
+        which ends it again)."""
         started = time.monotonic()
         with self._lock:
             try:
-                call(*args, **kwargs)
+                return call(*args, **kwargs)
             except Exception as err:
                 reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
                 raise TrackingError(
@@ -187,6 +190,11 @@ class Tracker:
 
     def tag_sweep(self, run_id: str, key: str, value: str) -> None:
         self._on_parent(f"tag the sweep's run with {key}", self.client.set_tag, run_id, key, value)
+
+    def series(self, run_id: str, key: str) -> list[float]:
+        """A run's values of the metric `key` in step order ([] when it has none)."""
+        history = self._on_parent(f"read {key} of run {run_id}", self.client.get_metric_history, run_id, key)
+        return [m.value for m in sorted(history, key=lambda m: m.step)]
 
     def log_sweep_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         now = int(time.time() * 1000)
@@ -239,7 +247,9 @@ class Tracker:
         if "batch" not in log.steps_done:
             self.client.log_batch(
                 log.run_id,
-                metrics=[Metric(k, float(v), log.end_ms, 0) for k, v in sorted(log.metrics.items())],
+                metrics=[Metric(k, float(v), log.end_ms, 0) for k, v in sorted(log.metrics.items())]
+                + [Metric(k, float(v), log.end_ms, step) for k, values in sorted(log.series.items())
+                   for step, v in enumerate(values, start=1)],
                 params=[Param(k, str(v)) for k, v in sorted(log.params.items())],
             )
             log.steps_done.append("batch")
@@ -247,6 +257,10 @@ class Tracker:
             text = "".join(json.dumps(row) + "\n" for row in log.table)
             self.client.log_text(log.run_id, text, "prompts.jsonl")
             log.steps_done.append("table")
+        if "documents" not in log.steps_done:
+            for name, document in sorted(log.documents.items()):
+                self.client.log_text(log.run_id, json.dumps(document), name)
+            log.steps_done.append("documents")
         self.client.set_terminated(log.run_id, status=log.status, end_time=log.end_ms)
 
     def flush(self, retries: int = 3, wait_s: float = 1.0) -> bool:

@@ -15,7 +15,10 @@ with `ar` timed under the same conditions (orchestrator/analysis/metrics.py: con
 
 At batch size b a shard decodes its prompts b at a time, in order; each record carries its
 batch (`batch`: the index of the batch's first prompt, the same for every config at that
-batch size), the batch's wall time `batch_wall_s` and forward passes `batch_nfe`.
+batch size), the batch's wall time `batch_wall_s` and forward passes `batch_nfe`; and, as
+every DecodeResult field, `accept_lengths` (the draft tokens each iteration accepted, a list
+of ints no longer than the prompt's `token_ids`), from which a trial's accept-length
+histogram is summed (orchestrator/analysis/metrics.py: acceptance_by_position).
 """
 
 from __future__ import annotations
@@ -143,7 +146,6 @@ class PairWorker:
             done = self._decode(pair, prompts, base, seeds)
             for (example, _), result in zip(batch, done.results):
                 record = result.to_dict()
-                record.pop("accept_lengths")
                 score = self.task.judge(example, result.text)
                 record.update(index=example.index, correct=score.correct, detail=score.detail, batch=first,
                               batch_wall_s=done.wall_s, batch_nfe=done.nfe)

@@ -4,6 +4,7 @@ import random
 import pytest
 
 from orchestrator.analysis.metrics import (
+    acceptance_by_position,
     controlled_ratios,
     drift,
     paired_bootstrap,
@@ -164,3 +165,35 @@ def test_batched_records_take_their_speed_from_the_batch():
     assert m["throughput_tps"] == 40 / 5 and m["latency_s"] == 7 / 4 and m["time_per_nfe_s"] == 5 / 10
     assert m["prompt_decodes"] == 4 and m["decode_s"] == 5
     assert paired_bootstrap(rs, rs)["throughput_ratio"] == pytest.approx(1.0)
+
+
+def drafting(i, lengths):
+    """A prompt's record whose iterations accepted `lengths` draft tokens (block 4)."""
+    return record(i, 1.0, 10, accept_lengths=lengths, accepted=sum(lengths), drafted=4 * len(lengths),
+                  iterations=len(lengths))
+
+
+def test_accept_len_hist_counts_the_iterations_of_every_prompt_by_tokens_accepted():
+    rs = [drafting(0, [0, 2, 2]), drafting(1, [4, 2])]
+    assert acceptance_by_position(rs)["accept_len_hist"] == [1, 0, 3, 0, 1]
+
+
+def test_acceptance_rate_pos_is_the_share_of_iterations_accepting_each_position():
+    rs = [drafting(0, [0, 2, 2]), drafting(1, [4, 2])]  # A >= 1, 2: 4 of 5; A >= 3, 4: 1 of 5
+    assert acceptance_by_position(rs)["acceptance_rate_pos"] == [0.8, 0.8, 0.2, 0.2]
+
+
+def test_acceptance_by_position_agrees_with_the_trial_metrics():
+    """Σ_j j·hist[j] = Σaccepted, Σ_j hist[j] = Σiterations, Σ_i P(A ≥ i) = mean_accept_len."""
+    rng = random.Random(3)
+    rs = [drafting(i, [rng.randint(0, 6) for _ in range(rng.randint(1, 9))]) for i in range(20)]
+    found = acceptance_by_position(rs)
+    hist, rates = found["accept_len_hist"], found["acceptance_rate_pos"]
+    assert sum(j * n for j, n in enumerate(hist)) == sum(r["accepted"] for r in rs)
+    assert sum(hist) == sum(r["iterations"] for r in rs)
+    assert sum(rates) == pytest.approx(trial_metrics(rs)["mean_accept_len"])
+
+
+def test_trials_that_verify_no_draft_have_no_acceptance_by_position():
+    assert acceptance_by_position([record(0, 1.0, 10, accept_lengths=[])]) == {}  # ar, diffusion
+    assert acceptance_by_position([record(0, 1.0, 10)]) == {}  # a record cached before accept_lengths

@@ -99,6 +99,18 @@ def test_run_structure_in_mlflow(swept):
     assert not [r for r in all_runs if r.info.status == "RUNNING"]
 
 
+def test_trials_log_acceptance_by_position_and_the_parent_plots_the_frontiers(swept):
+    client, all_runs = runs(swept)
+    parent = next(r.info.run_id for r in all_runs if r.data.tags.get("specsweep.role") == "sweep")
+    assert "plots/acceptance.png" in {a.path for a in client.list_artifacts(parent, "plots")}
+    for r in (r for r in all_runs if "specsweep.trial" in r.data.tags):
+        stored = client.download_artifacts(r.info.run_id, "accept_len_hist.json")
+        logged = json.loads(Path(stored).read_text())
+        history = client.get_metric_history(r.info.run_id, "acceptance_rate_pos")
+        assert sorted((m.step, m.value) for m in history) == list(enumerate(logged["acceptance_rate_pos"], 1))
+        assert sum(logged["accept_len_hist"]) > 0
+
+
 def test_frontier_equals_brute_force_pareto_over_logged_trials(swept):
     _, all_runs = runs(swept)
     trials = [r for r in all_runs if "specsweep.trial" in r.data.tags]

@@ -68,6 +68,19 @@ def test_outage_midway_resumes_without_duplicates(tmp_path):
     assert len(runs) == 1 and runs[0].data.metrics == {"accuracy": 0.5} and runs[0].info.status == "FINISHED"
 
 
+def test_a_series_is_logged_one_step_a_value_and_documents_as_json_files(tmp_path):
+    t = tracker(tmp_path)
+    entry = log("2")
+    entry.series = {"acceptance_rate_pos": [0.75, 0.5, 0.25]}
+    entry.documents = {"accept_len_hist.json": {"accept_len_hist": [1, 1, 1, 1]}}
+    t.log_trial(entry)
+    client = MlflowClient(t.uri)
+    history = client.get_metric_history(entry.run_id, "acceptance_rate_pos")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.75), (2, 0.5), (3, 0.25)]
+    stored = client.download_artifacts(entry.run_id, "accept_len_hist.json", str(tmp_path))
+    assert json.loads(Path(stored).read_text()) == {"accept_len_hist": [1, 1, 1, 1]}
+
+
 def test_unsent_logs_are_saved_and_replayed_by_the_next_session(tmp_path):
     t = tracker(tmp_path)
     t.client = Flaky(t.client, "create_run", failures=100)

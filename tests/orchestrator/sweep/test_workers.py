@@ -82,3 +82,15 @@ def test_a_batched_shard_decodes_whole_batches_with_a_control_per_batch(decodes)
         assert 0 < record["wall_s"] <= record["batch_wall_s"]
     alone = worker.run(Shard(0, "toy", TRIAL, tuple(range(10))), items(10))
     assert [r["token_ids"] for r in batched["records"]] == [r["token_ids"] for r in alone["records"]]
+
+
+def test_records_carry_each_iterations_accepted_draft_tokens(decodes):
+    """A drafting shard's records keep `accept_lengths`, plain ints, one per iteration,
+    summing to the prompt's accepted tokens; an `ar` shard's are empty."""
+    worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
+    worker.warm.add("toy")
+    for record in worker.run(Shard(0, "toy", TRIAL, tuple(range(3))), items(3))["records"]:
+        lengths = record["accept_lengths"]
+        assert all(type(a) is int for a in lengths)
+        assert len(lengths) == record["iterations"] and sum(lengths) == record["accepted"]
+    assert all(r["accept_lengths"] == [] for r in worker.run(Shard(-1, "toy", AR, (0,)), items(1))["records"])
