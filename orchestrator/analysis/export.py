@@ -188,9 +188,10 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
     }
-    if spec.pair_kinds.get(row["pair"]) == "dflash":
+    kind = spec.pair_kinds.get(row["pair"])
+    if kind is not None and kind.serving_method is not None:
         refs = pairs[row["pair"]] if isinstance(pairs[row["pair"]], dict) else BUNDLED[pairs[row["pair"]]]
-        document["serving"] = dflash_serving(refs["drafter"], row["config"])
+        document["serving"] = dflash_serving(kind, refs["drafter"], row["config"])
     notes = []
     if not row["exact"]:
         notes.append("lossy: this configuration does not reproduce the verifier's distribution")

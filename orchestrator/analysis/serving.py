@@ -2,13 +2,15 @@
 
 vLLM (`speculative_config`) and SGLang (launch flags) run DFlash as one draft pass (K = 1)
 per verification, verified losslessly, drafting in the `linear` order: after each
-verification, from the newest features. Their number of speculative tokens is B − 1 (the
-block's first row is the anchor). Anything else specsweep measured — K > 1, τ, lenient
-rules, the one-call-ahead `packed` schedule — has no setting there; the export says so
-instead of writing a setting that would decode differently.
+verification, from the newest features. Their number of speculative tokens is the
+pair kind's draft width, B − 1 (the block's first row is the anchor). Anything else
+specsweep measured — K > 1, τ, lenient rules, the one-call-ahead `packed` schedule — has no
+setting there; the export says so instead of writing a setting that would decode differently.
 """
 
 from __future__ import annotations
+
+from workloads.decoding.kinds import PairKind
 
 
 def specsweep_only(config: dict) -> list[str]:
@@ -25,16 +27,16 @@ def specsweep_only(config: dict) -> list[str]:
     return out
 
 
-def dflash_serving(drafter: str, config: dict) -> dict:
-    """{vllm: {speculative_config}, sglang: [flags]} for a DFlash drafter at config's block,
-    or {specsweep_only: [...]} naming what no engine can set."""
+def dflash_serving(kind: PairKind, drafter: str, config: dict) -> dict:
+    """{vllm: {speculative_config}, sglang: [flags]} for a drafter of `kind` (a served method)
+    at config's block, or {specsweep_only: [...]} naming what no engine can set."""
     blocked = specsweep_only(config)
     if blocked:
         return {"specsweep_only": blocked,
                 "note": "measured with settings vLLM and SGLang do not have; decode it with specsweep"}
-    drafts = config["block"] - 1
+    drafts = kind.draft_width(config["block"])
     return {
-        "vllm": {"speculative_config": {"method": "dflash", "model": drafter,
+        "vllm": {"speculative_config": {"method": kind.serving_method, "model": drafter,
                                         "num_speculative_tokens": drafts}},
         "sglang": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter,
                    "--speculative-num-draft-tokens", str(config["block"])],

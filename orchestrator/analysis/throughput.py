@@ -2,8 +2,9 @@
 
 With d_K the mean TV distance between verifier and drafter at K steps and linear leniency λ:
   acceptance ᾱ_K(λ) = 1 − (1 − λ)·d_K,  quality proxy 1 − D̄_TV(p, p̃) = 1 − λ·d_K   (Eq. 6)
-and with drafting cost c_d(K) = a + b·K and verifier cost c_v per round, block size B:
-  throughput T(K, ᾱ) = Σ_{j=0..B} ᾱ^j / (c_d(K) + c_v)                          (Eq. 7)
+and with drafting cost c_d(K) = a + b·K and verifier cost c_v per round, W draft tokens per
+round (the pair kind's draft width: B, or B − 1 where the block holds an anchor):
+  throughput T(K, ᾱ) = Σ_{j=0..W} ᾱ^j / (c_d(K) + c_v)                          (Eq. 7)
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def quality(d_k: float, leniency: float) -> float:
     return 1.0 - leniency * d_k
 
 
-def throughput(alpha: float, block: int, draft_cost: float, verify_cost: float) -> float:
-    return sum(alpha**j for j in range(block + 1)) / (draft_cost + verify_cost)
+def throughput(alpha: float, width: int, draft_cost: float, verify_cost: float) -> float:
+    return sum(alpha**j for j in range(width + 1)) / (draft_cost + verify_cost)
 
 
 @dataclass(frozen=True)
@@ -77,23 +78,23 @@ def parse_numbers(text: str, name: str) -> list[float]:
         raise ValueError(f"{name}: expected numbers like 0,0.1,...,1 or 1,2,3; got {text!r}") from None
 
 
-def predicted_frontier(points: list[tuple[dict, DecodeConfig]], calibration: dict) -> list[dict]:
-    """Of (params, config) points, the params the calibrated model puts on the (throughput,
-    quality) frontier; configurations it cannot model (τ, K not calibrated, cactus, match)
-    are left out."""
+def predicted_frontier(points: list[tuple[dict, DecodeConfig, int]], calibration: dict) -> list[dict]:
+    """Of (params, config, draft width W) points, the params the calibrated model puts on the
+    (throughput, quality) frontier; configurations it cannot model (τ, K not calibrated,
+    cactus, match) are left out."""
     from orchestrator.analysis.metrics import pareto_front
 
     d_k = dict(zip(calibration["steps"], calibration["d_k"]))
     a, b = calibration["draft_cost"]
     scored = []
-    for params, config in points:
+    for params, config, width in points:
         if config.threshold is None and config.k in d_k and config.rule in ("lossless", "linear"):
             alpha = acceptance(d_k[config.k], config.leniency)
             scored.append(
                 (
                     params,
                     (
-                        throughput(alpha, config.block, a + b * config.k, calibration["verify_cost"]),
+                        throughput(alpha, width, a + b * config.k, calibration["verify_cost"]),
                         quality(d_k[config.k], config.leniency),
                     ),
                 )

@@ -16,25 +16,22 @@ import torch
 
 from workloads.decoding import DecodeConfig, decode_batch, slots
 from workloads.decoding.calls import sync
-from workloads.decoding.engine import networks
-from workloads.decoding.kinds import allows_schedule
-from workloads.models.pair import Pair, kind_of
+from workloads.models.pair import Pair
 
 SLACKS = (0.0, slots.SLACK, 1.0)
 
 
 def lossless_grid(pair: Pair, max_new_tokens: int) -> dict[str, DecodeConfig]:
     """The greedy lossless configurations compared: each schedule the pair runs at B = 4, 8 and K = 1."""
-    kind = kind_of(pair)
     return {f"{schedule} B={block} K=1": DecodeConfig(schedule=schedule, block=block, steps=1,
                                                       max_new_tokens=max_new_tokens)
-            for schedule in ("linear", "packed", "quadratic") if allows_schedule(kind, schedule)
+            for schedule in ("linear", "packed", "quadratic") if pair.kind.runs(schedule)
             for block in (4, 8)}
 
 
 def hf_generate(pair: Pair, prompts: list[str], max_new_tokens: int) -> tuple[int, float]:
     """(new tokens up to each row's EOS, wall s) of HF `generate`, greedy, on a left-padded batch."""
-    tok, verifier = pair.tokenizer, networks(pair)[1]
+    tok, verifier = pair.tokenizer, pair.kind.models(pair)[1]
     ids = [tok(p).input_ids for p in prompts]
     width = max(map(len, ids))
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -52,8 +49,9 @@ def hf_generate(pair: Pair, prompts: list[str], max_new_tokens: int) -> tuple[in
     return new, wall
 
 
-def _speed(pair: Pair, prompts: list[str], config: DecodeConfig) -> tuple[int, float]:
-    done = decode_batch(pair, prompts, config)
+def _speed(pair: Pair, prompts: list[str], config: DecodeConfig,
+           slack: float | None = None) -> tuple[int, float]:
+    done = decode_batch(pair, prompts, config, slack=slack)
     return sum(r.new_tokens for r in done.results), done.wall_s
 
 
@@ -92,16 +90,11 @@ def batch_comparison(pair: Pair, prompts: list[str], sizes: list[int], max_new_t
 
 
 def _slacks(pair: Pair, batches: list[list[str]], config: DecodeConfig) -> dict[str, float]:
-    """Tokens/s of `config` under each cache slack (slots.SLACK), interleaved per batch."""
+    """Tokens/s of `config` under each cache slack (slots.SlotCache), interleaved per batch."""
     totals = {slack: [0, 0.0] for slack in SLACKS}
-    default = slots.SLACK
-    try:
-        for batch in batches:
-            for slack in SLACKS:
-                slots.SLACK = slack
-                tokens, wall = _speed(pair, batch, config)
-                totals[slack][0] += tokens
-                totals[slack][1] += wall
-    finally:
-        slots.SLACK = default
+    for batch in batches:
+        for slack in SLACKS:
+            tokens, wall = _speed(pair, batch, config, slack)
+            totals[slack][0] += tokens
+            totals[slack][1] += wall
     return {f"{slack:g}": n / s for slack, (n, s) in totals.items()}

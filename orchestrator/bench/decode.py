@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from orchestrator.analysis.metrics import trial_metrics
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.engine import DecodeResult, decode
-from workloads.decoding.kinds import allows_schedule
+from workloads.decoding.kinds import PairKind
 from workloads.models.pair import Pair
 
 
@@ -84,15 +84,14 @@ def run_benchmark(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfi
     return [t.row(ar) for t in totals.values()]
 
 
-def default_grid(block: int = 8, max_new_tokens: int = 48,
-                 kind: str = "two-model") -> dict[str, DecodeConfig]:
+def default_grid(kind: PairKind, block: int = 8, max_new_tokens: int = 48) -> dict[str, DecodeConfig]:
     """Greedy lossless configurations: the baselines, and each schedule at several K (those
     a pair of `kind` runs)."""
     base = dict(max_new_tokens=max_new_tokens, block=block, unmask="ltr")
     grid = {"ar": DecodeConfig(schedule="ar", **base)}
-    for k in (1, 2, 4) if allows_schedule(kind, "diffusion") else ():
+    for k in (1, 2, 4) if kind.runs("diffusion") else ():
         grid[f"diffusion K={k}"] = DecodeConfig(schedule="diffusion", steps=k, **base)
     for schedule in ("linear", "packed"):
-        for k in (1, 2, 4):
+        for k in (1,) if kind.one_step(schedule) else (1, 2, 4):
             grid[f"{schedule} K={k}"] = DecodeConfig(schedule=schedule, steps=k, **base)
     return grid

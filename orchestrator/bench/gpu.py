@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from orchestrator.bench.selfspec import compare_schedules, schedules
 from workloads.decoding import DecodeConfig, decode
-from workloads.models.pair import BUNDLED, SelfPair, load_pair
+from workloads.models.pair import BUNDLED, load_pair
 from workloads.tasks import get_task
 
 ALPHA = 1e-3
@@ -102,7 +102,7 @@ def run_check(device: str, n: int, samples: int, extra: dict | None, progress: C
             "| config | tokens/NFE | ms/NFE | non-model share | vs ar | vs linear [95% CI] |",
             "|---|---|---|---|---|---|",
         ]
-        for r in compare_schedules(pair, prompts, (4, 8, 16) if isinstance(pair, SelfPair) else (4, 8), 48):
+        for r in compare_schedules(pair, prompts, (4, 8, 16) if pair.kind.runs("quadratic") else (4, 8), 48):
             ci = "-" if "vs_linear" not in r else "{:.2f}x [{:.2f}, {:.2f}]".format(*r["vs_linear"])
             lines.append(
                 f"| {r['config']} | {r['tokens_per_nfe']:.2f} | {r['ms_per_nfe']:.2f} | "

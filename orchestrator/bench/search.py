@@ -20,7 +20,7 @@ from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
 from orchestrator.sweep.race import law, same_law
 from orchestrator.sweep.search import ask_untried, directions, make_sampler
-from orchestrator.sweep.space import batch_sizes, candidate_of, config_of, grid, params_key
+from orchestrator.sweep.space import batch_sizes, candidate_of, grid, modelled, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
@@ -82,7 +82,7 @@ def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | No
         from orchestrator.analysis.throughput import predicted_frontier
 
         calibrated = json.loads(Path(calibration).read_text())
-        guide = predicted_frontier([(dict(k), config_of(spec, dict(k))) for k in table], calibrated)
+        guide = predicted_frontier([modelled(spec, dict(k)) for k in table], calibrated)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = {strategy: [fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
                        for s in range(seeds)]

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from orchestrator.analysis.metrics import paired_bootstrap
 from orchestrator.bench.decode import decode_all
 from workloads.decoding import DecodeConfig
-from workloads.models.pair import SelfPair
 
 
 def schedules(pair) -> tuple[str, ...]:
-    return ("linear", "packed", "quadratic") if isinstance(pair, SelfPair) else ("linear", "packed")
+    """The speculative schedules `pair` runs."""
+    return tuple(s for s in ("linear", "packed", "quadratic") if pair.kind.runs(s))
 
 
 def compare_schedules(

@@ -55,10 +55,9 @@ def decode_bench(
 
     from orchestrator.bench.decode import default_grid, run_benchmark
     from workloads.models import load_pair
-    from workloads.models.pair import kind_of
 
     loaded = load_pair(pair)
-    grid = default_grid(block, max_new_tokens, kind_of(loaded))
+    grid = default_grid(loaded.kind, block, max_new_tokens)
     rows = _on_arith(n, len(grid), as_json, lambda prompts, score, progress: run_benchmark(
         loaded, prompts, grid, score=score, progress=progress))
     if rows is None:
@@ -114,17 +113,16 @@ def self_bench(
 
     from orchestrator.analysis.throughput import parse_numbers
     from orchestrator.bench.selfspec import compare_schedules
-    from workloads.models import SelfPair, load_pair
+    from workloads.models import load_pair
 
     try:
         sizes = [int(b) for b in parse_numbers(blocks, "--blocks")]
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--blocks") from None
     loaded = load_pair(pair)
-    if not isinstance(loaded, SelfPair):
-        raise typer.BadParameter(
-            f"{pair} is a two-model pair; this benchmark needs a dual-mode one", param_hint="--pair"
-        )
+    if not loaded.kind.runs("quadratic"):
+        raise typer.BadParameter(f"{pair} is a {loaded.kind.name} pair; this benchmark compares quadratic "
+                                 "with linear and packed, so it needs a dual-mode one", param_hint="--pair")
     rows = _on_arith(n, 1 + 3 * len(sizes), as_json, lambda prompts, score, progress: compare_schedules(
         loaded, prompts, sizes, max_new_tokens, score=score, progress=progress))
     if rows is None:
@@ -324,12 +322,12 @@ def dflash_bench(
     torch.set_num_threads(threads)
     from orchestrator.bench.dflash import best_lossless, reference_comparison
     from workloads.models import load_pair
-    from workloads.models.pair import DFlashPair
     from workloads.tasks import get_task
 
     loaded = load_pair(pair)
-    if not isinstance(loaded, DFlashPair):
-        raise typer.BadParameter(f"{pair} is not a DFlash pair", param_hint="--pair")
+    if not loaded.kind.target_conditioned:
+        raise typer.BadParameter(f"{pair} is not a DFlash pair (a {loaded.kind.name} pair)",
+                                 param_hint="--pair")
     prompts = [e.prompt for e in get_task("arith").examples("test", n=n)]
     rows = reference_comparison(loaded, prompts, block, max_new_tokens)
     best = best_lossless({pair: loaded, versus: load_pair(versus)}, prompts, max_new_tokens)

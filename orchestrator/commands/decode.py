@@ -72,7 +72,6 @@ def decode(
 
     from workloads.decoding import DecodeConfig, decode_batch
     from workloads.decoding.engine import check_texts_fit
-    from workloads.decoding.kinds import check_kind
     from workloads.models import load_pair
     from workloads.models.pair import load_tokenizer, max_positions, pair_kind
 
@@ -95,7 +94,7 @@ def decode(
     if pair is None:
         raise ValueError("--pair: required (or a config file with a 'pair' entry)")
     texts = [prompt] if prompt is not None else read_prompts(prompts)
-    check_kind(pair_kind(pair), cfg)  # before any weights load (and print their progress bars)
+    pair_kind(pair).check(cfg)  # before any weights load (and print their progress bars)
     if (limit := max_positions(pair)) is not None:  # a local model: every prompt fits before any decodes
         check_texts_fit(load_tokenizer(pair), {f"prompt {i + 1}": t for i, t in enumerate(texts)},
                         cfg.max_new_tokens, limit)

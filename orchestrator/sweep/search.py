@@ -10,7 +10,7 @@ from collections.abc import Callable
 import optuna
 
 from orchestrator.analysis.racing import STOPPED
-from orchestrator.sweep.space import Candidate, choose_config, config_of, params_key
+from orchestrator.sweep.space import Candidate, choose_config, modelled, params_key
 from orchestrator.sweep.spec import SweepSpec
 
 
@@ -74,7 +74,7 @@ def guided_start(spec: SweepSpec, space: list[dict], tried: set, budget: int) ->
     from orchestrator.analysis.throughput import predicted_frontier
 
     calibration = json.loads(Path(spec.search.guide).expanduser().read_text())
-    front = predicted_frontier([(p, config_of(spec, p)) for p in space], calibration)
+    front = predicted_frontier([modelled(spec, p) for p in space], calibration)
     return [p for p in front if params_key(p) not in tried][: max(1, budget // 2)]
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from orchestrator.sweep.spec import LENIENCY, SAMPLING, SweepSpec
 from workloads.decoding.config import DecodeConfig
-from workloads.decoding.kinds import allows_schedule, min_block, one_step
 
 Choose = Callable[[str, list], object]
 
@@ -47,15 +46,15 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
     pair = names[0] if len(names) == 1 else choose("pair", names)
     kind = spec.pair_kinds[pair]
     settings: dict = {}
-    fits = {"schedule": lambda s: allows_schedule(kind, s), "block": lambda b: b >= min_block(kind)}
+    fits = {"schedule": kind.runs, "block": lambda b: b >= kind.min_block}
     for key, allowed in fits.items():
         if key in dims:
             values = [v for v in dims[key] if allowed(v)]
-            label = key if values == dims[key] else f"{key}|{kind}"
+            label = key if values == dims[key] else f"{key}|{kind.name}"
             settings[key] = values[0] if len(values) == 1 else choose(label, values)
     block = settings.get("block", DecodeConfig.block)
     effort = "steps" if "steps" in dims else "threshold" if "threshold" in dims else None
-    if one_step(kind, settings.get("schedule", DecodeConfig.schedule)):
+    if kind.one_step(settings.get("schedule", DecodeConfig.schedule)):
         effort = None
     if "steps" in dims and "threshold" in dims:
         effort = choose("effort", ["steps", "threshold"])
@@ -90,6 +89,12 @@ def config_of(spec: SweepSpec, params: dict) -> DecodeConfig:
 def candidate_of(spec: SweepSpec, params: dict) -> Candidate:
     """The candidate (pair, config, batch size) a trial with these params runs."""
     return choose_config(spec, lambda name, values: params[name])
+
+
+def modelled(spec: SweepSpec, params: dict) -> tuple[dict, DecodeConfig, int]:
+    """(params, config, draft width W) of a trial, as the throughput model reads it."""
+    candidate = candidate_of(spec, params)
+    return params, candidate.config, spec.pair_kinds[candidate.pair].draft_width(candidate.config.block)
 
 
 def params_key(params: dict) -> tuple:

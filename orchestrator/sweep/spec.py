@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.analysis.metrics import TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
 from workloads.decoding.config import ConfigError, DecodeConfig
-from workloads.decoding.kinds import allows_schedule
+from workloads.decoding.kinds import PairKind
 from workloads.models.pair import PairError, pair_kind
 from workloads.tasks import TASKS
 
@@ -221,7 +221,7 @@ class SweepSpec(_Strict):
         return {k: _values(k, v) for k, v in self.space.items()}
 
     @cached_property
-    def pair_kinds(self) -> dict[str, str]:
+    def pair_kinds(self) -> dict[str, PairKind]:
         """Pair name -> kind, checked once per spec (it reads each local model's files)."""
         return {p.name: pair_kind(p.load_spec()) for p in self.pairs}
 
@@ -312,9 +312,10 @@ def _check_space(spec: SweepSpec) -> None:
             raise SpecError(f"spec: search.racing: {why}")
         if any(b != 1 for b in dims.get("batch_size", [1])):
             raise SpecError("spec: search.racing: races at batch size 1 only (space.batch_size)")
-    kinds = set(spec.pair_kinds.values())
-    if any(not any(allows_schedule(k, s) for k in kinds) for s in dims.get("schedule", [])):
-        raise SpecError("spec: space.schedule: quadratic needs a dual-mode pair (a pair with `model:`)")
+    kinds = list(spec.pair_kinds.values())
+    for schedule in dims.get("schedule", []):
+        if not any(kind.runs(schedule) for kind in kinds):
+            raise SpecError(f"spec: space.{kinds[0].refusal(schedule)}")
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
         raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")
 

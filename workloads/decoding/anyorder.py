@@ -45,9 +45,9 @@ def confidence_order(unresolved: list[int], drafts: dict[int, tuple[int, float]]
     return sorted(unresolved, key=lambda j: (j not in drafts, -drafts[j][1] if j in drafts else 0.0, j))
 
 
-def anyorder_packed(state: DecodeState, model: CachedModel, prompt: list[int],
-                    settings: DraftSettings) -> list[Step]:
-    width, mask, eos = state.config.block - 1, settings.mask_token_id, state.out.eos
+def anyorder_packed(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
+                    width: int) -> list[Step]:
+    mask, eos = settings.mask_token_id, state.out.eos
     end = state.config.max_new_tokens  # E: the output is positions 0 .. end - 1
     accepted: dict[int, int] = {}
     drafts: dict[int, tuple[int, float]] = {}  # position -> (token, score)

@@ -40,6 +40,7 @@ class Batch:
     rows it served, so a call costs no thread switch beyond those rows' own."""
 
     size: int
+    slack: float | None = None  # the masked share of a KV slot cache that compacts it (None: slots.SLACK)
     live: int = -1
     waiting: list[Call] = field(default_factory=list)
     failed: BaseException | None = None

@@ -15,7 +15,7 @@ import torch
 from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.drafting import DraftSettings, diffusion_draft
-from workloads.decoding.engine import decode, networks, verifier_vocab
+from workloads.decoding.engine import decode, verifier_vocab
 from workloads.models.pair import Pair
 
 
@@ -24,7 +24,7 @@ def calibrate(
     pair: Pair, prompts: list[str], steps: list[int], block: int, max_new_tokens: int = 64, seed: int = 0
 ) -> dict:
     """{"steps", "d_k", "draft_s" (per K: mean round time), "verify_s", "positions"}."""
-    drafter_model, verifier_model = networks(pair)
+    drafter_model, verifier_model = pair.kind.models(pair)
     generator = torch.Generator(device=verifier_model.device).manual_seed(seed)
     settings = {k: DraftSettings(steps=k, threshold=None, unmask="ltr", temperature=1.0, top_k=0, top_p=1.0,
                                  mask_token_id=pair.profile.mask_token_id, shifted=pair.profile.shifted,

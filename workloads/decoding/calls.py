@@ -21,8 +21,8 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.decoding.batch import Batch, Call
+from workloads.decoding.masks import additive, causal, rows_after_slots
 from workloads.decoding.slots import SlotCache
-from workloads.models.masks import additive, causal, rows_after_slots
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ class Network:
         self.model, self.batch = model, batch
         self.prefix_cache = prefix_cache  # False: full-attention drafting, nothing cached
         self.own_attention = own_attention  # without a cache: input ids only (profiles.py)
-        self.slots = SlotCache(batch.size)
+        self.slots = SlotCache(batch.size, batch.slack)
         self.device = model.device
         self.dtype = model.dtype
         self.tap = None  # a FeatureTap on this network: each row's features of its latest call
@@ -155,6 +155,11 @@ class Network:
 
     def release(self, row: int) -> None:
         self.slots.release(row)
+
+    def close(self) -> None:
+        """Remove the feature tap's hooks from the model, which outlives the batch."""
+        if self.tap is not None:
+            self.tap.close()
 
 
 def timed(network, requests: list, forward: Callable[[], T], width: int) -> T:

@@ -9,10 +9,12 @@ here too: the drafter's cache keeps the features of the verified prefix minus it
 token, and the last token enters as the block's anchor row.
 
 `FeatureTap` captures those layers' outputs during the verifier's own calls (forward
-hooks: only the target layers, only the rows of the latest call). `DFlashDrafter` has the
-drafting interface of `CachedModel.block`, so `drafting.diffusion_draft` runs it unchanged:
-K = 1 is DFlash's one-pass draft, K > 1 refines the block with the unmasking policies, τ as
-for other drafters. A mask row predicts its own position (not shifted).
+hooks: only the target layers, only the rows of the latest call). `DFlashDrafter` is a
+drafter of the speculative loop (`schedules.Drafter`): it reads the verifier's features of
+each verified row, and its `block` call has the interface of `CachedModel.block`, so
+`drafting.diffusion_draft` runs it unchanged: K = 1 is DFlash's one-pass draft, K > 1 refines
+the block with the unmasking policies, τ as for other drafters. A mask row predicts its own
+position (not shifted).
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from transformers import PreTrainedModel
 from workloads.decoding.acceptance import draw
 from workloads.decoding.batch import Batch, Call
 from workloads.decoding.calls import Meter, timed
-from workloads.decoding.drafting import Draft, DraftSettings, slot_logits
+from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, slot_logits
+from workloads.decoding.masks import additive, rows_after_slots
 from workloads.decoding.sampling import distribution, point_mass
 from workloads.decoding.slots import SlotCache
-from workloads.models.masks import additive, rows_after_slots
 
 
 def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
@@ -87,7 +89,7 @@ class DFlashNetwork:
         self.embed = verifier.get_input_embeddings()
         self.head = getattr(verifier, "lm_head", None) or verifier.get_output_embeddings()
         self.scale = float(_setting(drafter.config, "input_embedding_scale", 1.0))
-        self.slots = SlotCache(batch.size)
+        self.slots = SlotCache(batch.size, batch.slack)
         self.device = verifier.device
         self.dtype = drafter.dtype
         self.width = len(drafter.target_layer_ids) * drafter.config.hidden_size
@@ -134,11 +136,13 @@ class DFlashNetwork:
     def release(self, row: int) -> None:
         self.slots.release(row)
 
+    def close(self) -> None:
+        """Nothing outlives the batch."""
+
 
 class DFlashDrafter:
-    """One row's view of a `DFlashNetwork`. `add(features)` queues the features of newly
-    verified tokens; the next `block` call caches them. Built from the models alone, it is
-    the only row of its own batch."""
+    """One row's view of a `DFlashNetwork`. Built from the models alone, it is the only row of
+    its own batch."""
 
     def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, meter: Meter, *,
                  network: DFlashNetwork | None = None, row: int = 0):
@@ -152,8 +156,16 @@ class DFlashDrafter:
     def length(self) -> int:  # verified tokens whose features are cached
         return self.network.slots.length(self.row)
 
-    def add(self, features: torch.Tensor) -> None:
-        self.pending.append(features)
+    def verified(self, verifier, rows: int) -> None:
+        """Queue the verifier's features (`verifier`, a tapped CachedModel) of the first `rows`
+        rows of its latest call, now verified: the next `block` call caches them."""
+        self.pending.append(verifier.features[:rows])
+
+    def draft(self, pending: list[int], last: int, width: int, settings: DraftSettings,
+              generator: torch.Generator) -> Draft:
+        """A draft of `width` tokens: DFlash's block pass (K steps or τ), or DFlash 2's chain."""
+        drafting = chain_draft if is_dflash2(self.model) else diffusion_draft
+        return drafting(self, pending, last, width, settings, generator)
 
     def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
         """One drafting call over the queued context features (one per id in `pending`,

@@ -1,57 +1,216 @@
-"""What each pair kind can run, in one place. A `two-model` pair (drafter + verifier) runs
-every schedule but `quadratic`, left to right. A `self` pair (one dual-mode network) runs
-`linear`, `packed` and `quadratic` with B >= 2 (its draft holds B − 1 tokens), and under
-`packed` / `quadratic` drafts inside the verify call, so in one step. A `dflash` pair
-(target-conditioned drafter) runs `ar`, `linear` and `packed` with B >= 2: its block is
-the anchor and B − 1 drafts, and it cannot draft alone (it reads the verifier's features).
-The engine checks a config against these rules before any model loads; the sweep space is
-cut by them."""
+"""Pair kinds: what a pair of each kind runs and how one row of it decodes; a small base and
+one short class a kind. A pair carries its kind (`pair.kind`); the engine, the sweep space,
+the spec, the benchmarks and the exports ask it, and nothing else tells pairs apart.
+
+* `TwoModel`: a drafter and a verifier, two networks (paper 2610.31819): every schedule but
+  `quadratic`, left to right; B tokens drafted per iteration.
+* `SelfSpec`: one dual-mode network (paper 2610.33379): every schedule; the speculative ones
+  with B >= 2, drafting B − 1 tokens, and `packed` / `quadratic` draft inside the verify
+  call, so in one step; any-order (confidence) verification on a model trained for it.
+* `DFlash`: a target-conditioned drafter (arXiv 2602.06036) over its verifier: `ar`, `linear`
+  and `packed` with B >= 2; its block is the anchor and B − 1 drafts (vLLM's
+  num_speculative_tokens = B − 1), and it cannot draft alone (it reads the verifier's
+  features).
+
+The rules that need no weights (`check`) run before any model loads; `check_loaded` adds
+those that depend on the loaded networks.
+"""
 
 from __future__ import annotations
 
-from workloads.decoding.config import ConfigError, DecodeConfig
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-KINDS = ("self", "two-model", "dflash")
-DFLASH_SCHEDULES = ("ar", "linear", "packed")
-SELF_SCHEDULES = ("linear", "packed", "quadratic")
+from workloads.decoding.anyorder import anyorder_packed
+from workloads.decoding.batch import Batch
+from workloads.decoding.calls import CachedModel, Network
+from workloads.decoding.config import SCHEDULES, ConfigError, DecodeConfig
+from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
+from workloads.decoding.drafting import DraftSettings
+from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
+from workloads.decoding.selfspec import self_speculative
+from workloads.decoding.state import DecodeState
 
+if TYPE_CHECKING:
+    from workloads.models.pair import Pair
 
-def allows_schedule(kind: str, schedule: str) -> bool:
-    if kind == "dflash":
-        return schedule in DFLASH_SCHEDULES
-    return kind == "self" or schedule != "quadratic"
-
-
-def min_block(kind: str) -> int:
-    return 1 if kind == "two-model" else 2
-
-
-def draft_width(kind: str, block: int) -> int:
-    """Tokens drafted per iteration at block size B: B, or B − 1 where the block's first row
-    is the anchor (DFlash; vLLM's num_speculative_tokens = B − 1)."""
-    return block - 1 if kind == "dflash" else block
+Program = Callable[[], None]  # one row's schedule loop, run to its end
 
 
-def one_step(kind: str, schedule: str) -> bool:
-    """The draft comes out of the verify call: no K or τ to choose."""
-    return kind == "self" and schedule in ("packed", "quadratic")
+class PairKind:
+    """What pairs of one kind run: the `schedules`; the speculative ones need `min_block`
+    (else the one-line `small_block` error); `target_conditioned`: the drafter reads the
+    verifier's features; `serving_method` is the serving engines' name for the method
+    (None: none serves it)."""
+
+    name: str
+    schedules: tuple[str, ...]
+    min_block = 1
+    small_block = ""
+    target_conditioned = False
+    serving_method: str | None = None
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def runs(self, schedule: str) -> bool:
+        return schedule in self.schedules
+
+    def draft_width(self, block: int) -> int:
+        """W, the tokens drafted per iteration at block size B."""
+        return block
+
+    def one_step(self, schedule: str) -> bool:
+        """The draft comes out of the verify call: no K or τ to choose."""
+        return False
+
+    def check(self, config: DecodeConfig) -> None:
+        """Raise ConfigError naming the setting this kind cannot run."""
+        if not self.runs(config.schedule):
+            raise ConfigError(self.refusal(config.schedule))
+        if config.verify_order != "ltr":
+            raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
+        if config.schedule in ("linear", "packed", "quadratic") and config.block < self.min_block:
+            raise ConfigError(self.small_block)
+
+    def refusal(self, schedule: str) -> str:
+        return f"schedule: {schedule} cannot run on a {self.name} pair; use {', '.join(self.schedules)}"
+
+    def check_loaded(self, pair: Pair, config: DecodeConfig, rows: int) -> None:
+        """`check`, and the rules that depend on the loaded pair and the batch's `rows`."""
+        self.check(config)
+
+    def models(self, pair: Pair) -> tuple:
+        """The (drafter, verifier) networks of `pair`."""
+        return pair.drafter, pair.verifier
+
+    def networks(self, pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
+        """The networks the rows of `batch` share under `config`, by role."""
+        return {"verifier": Network(self.models(pair)[1], batch)}
+
+    def program(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, state: DecodeState,
+                ids: list[int], nets: dict, row: int) -> Program:
+        """Row `row`'s schedule loop over its views of `nets`."""
+        verifier = CachedModel(nets["verifier"].model, state.meter, network=nets["verifier"], row=row)
+        if config.schedule == "ar":
+            return lambda: ar(state, verifier, ids)
+        return self.drafted(pair, config, settings, state, ids, nets, row, verifier)
+
+    def drafted(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, state: DecodeState,
+                ids: list[int], nets: dict, row: int, verifier: CachedModel) -> Program:
+        """The loop of a schedule that drafts."""
+        raise NotImplementedError
 
 
-def check_kind(kind: str, config: DecodeConfig) -> None:
-    """Raise ConfigError naming the setting a pair kind cannot run."""
-    if not allows_schedule(kind, config.schedule):
-        if kind == "dflash":
-            raise ConfigError(f"schedule: {config.schedule} cannot run on a DFlash pair (its drafter needs "
-                              f"the verifier's hidden states); use {', '.join(DFLASH_SCHEDULES)}")
-        raise ConfigError("schedule: quadratic needs a dual-mode (self) pair; use linear or packed")
-    if kind == "dflash" and config.schedule != "ar" and config.block < min_block(kind):
-        raise ConfigError("block: a DFlash pair needs block >= 2 (the anchor and at least one draft)")
-    if kind != "self" and config.verify_order != "ltr":
-        raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
-    if kind != "self" or config.schedule not in SELF_SCHEDULES:
-        return
-    if config.block < min_block(kind):
-        raise ConfigError("block: a dual-mode pair needs block >= 2 (the draft holds block - 1 tokens)")
-    if one_step(kind, config.schedule) and (config.threshold is not None or config.k != 1):
-        raise ConfigError(f"steps: {config.schedule} on a dual-mode pair drafts inside the verify call, so "
-                          "one step only (steps 1, no threshold)")
+class TwoModel(PairKind):
+    """A drafter network and a verifier network (paper 2610.31819)."""
+
+    name = "two-model"
+    schedules = tuple(s for s in SCHEDULES if s != "quadratic")
+
+    def refusal(self, schedule: str) -> str:
+        return f"schedule: {schedule} needs a dual-mode (self) pair; use linear or packed"
+
+    def networks(self, pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
+        nets = super().networks(pair, config, batch)
+        if config.schedule != "ar":
+            profile = pair.profile
+            nets["drafter"] = Network(pair.drafter, batch, profile.prefix_cache, profile.own_attention)
+        return nets
+
+    def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
+        drafter = CachedModel(pair.drafter, state.meter, network=nets["drafter"], row=row)
+        if config.schedule == "diffusion":
+            return lambda: diffusion(state, drafter, ids, settings)
+        return lambda: speculative(state, StandaloneDrafter(drafter), verifier, ids, settings,
+                                   self.draft_width(config.block))
+
+
+class SelfSpec(PairKind):
+    """One dual-mode network that drafts in its diffusion mode and verifies in its AR mode
+    (paper 2610.33379); a region holds the last verified token and B − 1 drafts."""
+
+    name = "self"
+    schedules = SCHEDULES
+    min_block = 2
+    small_block = "block: a dual-mode pair needs block >= 2 (the draft holds block - 1 tokens)"
+
+    def draft_width(self, block: int) -> int:
+        return block - 1
+
+    def one_step(self, schedule: str) -> bool:
+        return schedule in ("packed", "quadratic")
+
+    def check(self, config: DecodeConfig) -> None:
+        if config.verify_order == "ltr":
+            super().check(config)
+        elif config.block < self.min_block:
+            raise ConfigError(self.small_block)
+        if self.one_step(config.schedule) and (config.threshold is not None or config.k != 1):
+            raise ConfigError(f"steps: {config.schedule} on a dual-mode pair drafts inside the verify call, "
+                              "so one step only (steps 1, no threshold)")
+
+    def check_loaded(self, pair: Pair, config: DecodeConfig, rows: int) -> None:
+        self.check(config)
+        if config.verify_order != "ltr" and not pair.profile.any_order:
+            raise ConfigError(f"verify_order: confidence needs a model trained for any-order verification "
+                              f"(profile any_order: true); {pair.name} is left-to-right only")
+        if config.verify_order != "ltr" and rows > 1:
+            raise ConfigError("batch_size: verify_order: confidence (any-order Packed-SS) decodes one prompt "
+                              "at a time")
+
+    def models(self, pair: Pair) -> tuple:
+        return pair.model, pair.model
+
+    def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
+        width = self.draft_width(config.block)
+        if config.schedule == "diffusion":  # the diffusion mode alone
+            return lambda: diffusion(state, verifier, ids, settings)
+        if config.verify_order != "ltr":
+            return lambda: anyorder_packed(state, verifier, ids, settings, width)
+        return lambda: self_speculative(state, verifier, ids, settings, width)
+
+
+class DFlash(PairKind):
+    """A target-conditioned block drafter over its verifier (DFlash, arXiv 2602.06036)."""
+
+    name = "dflash"
+    schedules = ("ar", "linear", "packed")
+    min_block = 2
+    target_conditioned = True
+    serving_method = "dflash"
+    small_block = "block: a DFlash pair needs block >= 2 (the anchor and at least one draft)"
+
+    def draft_width(self, block: int) -> int:
+        return block - 1
+
+    def refusal(self, schedule: str) -> str:
+        return (f"schedule: {schedule} cannot run on a DFlash pair (its drafter needs the verifier's hidden "
+                f"states); use {', '.join(self.schedules)}")
+
+    def check_loaded(self, pair: Pair, config: DecodeConfig, rows: int) -> None:
+        self.check(config)
+        if is_dflash2(pair.drafter) and config.schedule != "ar" and (config.threshold is not None
+                                                                     or config.k != 1):
+            raise ConfigError("steps: a DFlash 2 drafter proposes its candidate chain in one pass (steps 1, "
+                              "no threshold)")
+
+    def networks(self, pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
+        nets = super().networks(pair, config, batch)
+        if config.schedule != "ar":
+            nets["drafter"] = DFlashNetwork(pair.drafter, pair.verifier, batch)
+            nets["verifier"].tap = FeatureTap(pair.verifier, pair.drafter.target_layer_ids)
+        return nets
+
+    def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
+        drafter = DFlashDrafter(pair.drafter, pair.verifier, state.meter, network=nets["drafter"], row=row)
+        return lambda: speculative(state, drafter, verifier, ids, settings, self.draft_width(config.block))
+
+
+TWO_MODEL, SELF, DFLASH = TwoModel(), SelfSpec(), DFlash()
+KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DFLASH)}
+
+
+def least_positions(found: list) -> int | None:
+    """The least of the models' `max_position_embeddings` (None where a model has none)."""
+    return min((n for n in found if isinstance(n, int)), default=None)

@@ -34,10 +34,10 @@ import torch
 
 from workloads.decoding.calls import CachedModel
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
+from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.sampling import point_mass
 from workloads.decoding.state import DecodeState
 from workloads.decoding.verifying import verify_logits, verify_step
-from workloads.models.masks import packed as packed_layout
 
 
 def call(model: CachedModel, rows: list[int], regions: list[tuple[int, list[int]]],
@@ -64,10 +64,9 @@ def _proposal(state: DecodeState, logits: torch.Tensor, settings: DraftSettings)
     return Draft(tokens, q, 1)
 
 
-def _start(state: DecodeState, model: CachedModel, prompt: list[int],
-           settings: DraftSettings) -> tuple[int, Draft]:
+def _start(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
+           w: int) -> tuple[int, Draft]:
     """Prefill; returns the first token and a full draft of W tokens after it."""
-    w = state.config.block - 1
     if point_mass(state.config.temperature, state.config.top_k):
         logits, (region,) = call(model, prompt, [(len(prompt) - 1, [settings.mask_token_id] * (w + 1))])
         first = state.sample(logits[-1])
@@ -76,12 +75,13 @@ def _start(state: DecodeState, model: CachedModel, prompt: list[int],
     return first, diffusion_draft(model, [], first, w, settings, state.generator)
 
 
-def _linear(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings) -> None:
+def _linear(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
+            w: int) -> None:
     last = state.sample(model.causal(prompt)[-1])
     if state.out.extend([last]):
         return
     while True:
-        width = min(state.config.block - 1, state.out.remaining - 1)
+        width = min(w, state.out.remaining - 1)
         draft = diffusion_draft(model, [], last, width, settings, state.generator)
         emitted = verify_step(state, model, last, draft)  # the drafting rows left no trace in the cache
         last = emitted[-1]
@@ -89,18 +89,18 @@ def _linear(state: DecodeState, model: CachedModel, prompt: list[int], settings:
             return
 
 
-def _one_call(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
+def _one_call(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings, w: int,
               quadratic: bool) -> None:
-    block, mask = state.config.block, settings.mask_token_id
-    last, draft = _start(state, model, prompt, settings)
+    block, mask = w + 1, settings.mask_token_id  # a region's rows: [last, W drafts]
+    last, draft = _start(state, model, prompt, settings, w)
     if state.out.extend([last]):
         return
     while True:
         room = state.out.remaining - 1  # a recovered or bonus token follows the accepted drafts
         draft = Draft(draft.tokens[:room], draft.q[:room], 1)
         n = draft.tokens.shape[0]
-        rows = [last] + draft.tokens.tolist() + [mask] * (block - 1 - n)
-        regions = [(h, [mask] * block) for h in range(block)] if quadratic else [(0, [mask] * (block - 1))]
+        rows = [last] + draft.tokens.tolist() + [mask] * (w - n)
+        regions = [(h, [mask] * block) for h in range(block)] if quadratic else [(0, [mask] * w)]
         logits, proposed = call(model, rows, regions)
         emitted = verify_logits(state, logits[: n + 1], draft)
         model.crop(block - len(emitted))  # keep [last, accepted draft tokens]
@@ -113,10 +113,11 @@ def _one_call(state: DecodeState, model: CachedModel, prompt: list[int], setting
             draft = _proposal(state, proposed[0][len(emitted):], settings)
 
 
-def self_speculative(state: DecodeState, model: CachedModel, prompt: list[int],
-                     settings: DraftSettings) -> None:
+def self_speculative(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
+                     width: int) -> None:
+    """`linear`, `packed` or `quadratic` (state.config.schedule) with drafts of `width` = W tokens."""
     schedule = state.config.schedule
     if schedule == "linear":
-        _linear(state, model, prompt, settings)
+        _linear(state, model, prompt, settings, width)
     else:
-        _one_call(state, model, prompt, settings, quadratic=schedule == "quadratic")
+        _one_call(state, model, prompt, settings, width, quadratic=schedule == "quadratic")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-# Masked share of the cache that triggers compaction, read when a batch starts
+# Masked share of the cache that triggers compaction, unless a batch says otherwise
 # (`specsweep bench batch` measures 0, this and 1: never compact).
 SLACK = 0.5
 

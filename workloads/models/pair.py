@@ -15,6 +15,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from transformers import (
@@ -25,6 +26,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from workloads.decoding.kinds import DFLASH, SELF, TWO_MODEL, PairKind, least_positions
 from workloads.models.profiles import DiffusionProfile, ProfileError, resolve
 
 TOY_DIR = Path(__file__).parent / "toy"
@@ -46,6 +48,7 @@ class TwoModelPair:
     verifier: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     profile: DiffusionProfile
+    kind: ClassVar[PairKind] = TWO_MODEL
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class SelfPair:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     profile: DiffusionProfile
+    kind: ClassVar[PairKind] = SELF
 
 
 @dataclass(frozen=True)
@@ -66,14 +70,10 @@ class DFlashPair:
     verifier: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     profile: DiffusionProfile
+    kind: ClassVar[PairKind] = DFLASH
 
 
 Pair = TwoModelPair | SelfPair | DFlashPair
-
-
-def kind_of(pair: Pair) -> str:
-    """`self`, `two-model` or `dflash` (workloads.decoding.kinds says what each runs)."""
-    return "self" if isinstance(pair, SelfPair) else "dflash" if isinstance(pair, DFlashPair) else "two-model"
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -317,8 +317,8 @@ def _cached_snapshot(repo_id: str) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
-def pair_kind(spec: str | dict) -> str:
-    """`self`, `two-model` or `dflash` for a pair spec, checked without loading any weights:
+def pair_kind(spec: str | dict) -> PairKind:
+    """The kind of a pair spec (workloads.decoding.kinds), checked without loading any weights:
     local paths, and hub ids already in the local hub cache, must be loadable model directories
     (`check_model_dir`) and a DFlash drafter's config a DFlash one (`check_dflash_config`);
     other hub ids are checked when loaded."""
@@ -338,12 +338,12 @@ def pair_kind(spec: str | dict) -> str:
         elif (cached := _cached_snapshot(ref)) is not None:
             check_model_dir(field, cached)
     if keys == {"model"}:
-        return "self"
+        return SELF
     if not _is_dflash(spec):
-        return "two-model"
+        return TWO_MODEL
     if (config := _config_dict(spec["drafter"])) is not None:
         check_dflash_config(spec["drafter"], config)
-    return "dflash"
+    return DFLASH
 
 
 def max_positions(spec: str | dict) -> int | None:
@@ -352,11 +352,6 @@ def max_positions(spec: str | dict) -> int | None:
     _, spec = _resolve(spec)
     return least_positions([(_config_dict(spec[f]) or {}).get("max_position_embeddings")
                             for f in ("drafter", "verifier", "model") if isinstance(spec.get(f), str)])
-
-
-def least_positions(found: list) -> int | None:
-    """The least of the models' `max_position_embeddings` (None where a model has none)."""
-    return min((n for n in found if isinstance(n, int)), default=None)
 
 
 def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:

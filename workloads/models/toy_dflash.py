@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
 from workloads.decoding.dflash import FeatureTap
-from workloads.models.masks import additive
+from workloads.decoding.masks import additive
 from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences, warmup_cosine
 
 BLOCK = 8  # the anchor and 7 drafts (vLLM: num_speculative_tokens 7)

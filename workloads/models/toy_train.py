@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from workloads.models.masks import additive
+from workloads.decoding.masks import additive
 from workloads.models.tokenizer import build_char_tokenizer
 from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences, warmup_cosine
 

@@ -65,7 +65,7 @@ def test_a_dflash_pair_gets_linear_and_packed_blocks_of_two_or_more_and_every_k(
 
 
 def test_quadratic_needs_a_dual_mode_pair():
-    with pytest.raises(SpecError, match="space.schedule: quadratic needs a dual-mode pair"):
+    with pytest.raises(SpecError, match="space.schedule: quadratic needs a dual-mode"):
         spec({"schedule": ["quadratic"]})
 
 

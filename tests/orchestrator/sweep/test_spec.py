@@ -39,7 +39,7 @@ def spec_with(path: str, value):
 def test_base_spec_is_valid_and_ranges_expand():
     spec = parse_spec(BASE)
     assert spec.dimension_values()["leniency"] == [0.0, 0.5, 1.0]
-    assert spec.pair_kinds == {"toy": "two-model"}
+    assert {name: kind.name for name, kind in spec.pair_kinds.items()} == {"toy": "two-model"}
 
 
 @pytest.mark.parametrize(

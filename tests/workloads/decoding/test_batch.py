@@ -17,7 +17,6 @@ from scipy.stats import chisquare
 from tests.workloads.decoding.laws import PROMPT, ar_joint, law_pair, law_self, marginal
 from workloads.decoding import ConfigError, DecodeConfig, decode, decode_batch
 from workloads.decoding.batch import Batch, run_rows
-from workloads.decoding.engine import networks
 from workloads.models import load_pair
 from workloads.tasks import get_task
 
@@ -61,7 +60,7 @@ def near_tie(pair, prompt: str, expected: list[int], got: list[int]) -> bool:
     first = next(i for i, (a, b) in enumerate(zip(expected + [-1], got + [-2])) if a != b)
     ids = torch.tensor([pair.tokenizer(prompt).input_ids + expected[:first]])
     with torch.inference_mode():
-        top = networks(pair)[1](input_ids=ids).logits[0, -1].float().topk(2).values
+        top = pair.kind.models(pair)[1](input_ids=ids).logits[0, -1].float().topk(2).values
     return float(top[0] - top[1]) < 1e-4
 
 

@@ -140,7 +140,7 @@ def test_dflash2_proposals_are_distributions_over_the_candidates(tiny_dflash2):
 
     drafter = DFlashDrafter(tiny_dflash2.drafter, tiny_dflash2.verifier, Meter())
     ids = TOK("12+34=").input_ids
-    drafter.add(torch.randn(len(ids) - 1, 2 * 64))
+    drafter.pending.append(torch.randn(len(ids) - 1, 2 * 64))  # context features of the verified prompt
     settings = DraftSettings(steps=1, threshold=None, unmask="ltr", temperature=1.0, top_k=0, top_p=1.0,
                              mask_token_id=TOK.mask_token_id, shifted=False)
     with torch.inference_mode():

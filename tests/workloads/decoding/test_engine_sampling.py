@@ -10,8 +10,9 @@ import torch
 from tests.workloads.decoding.stubs import TOK
 from workloads.decoding import DecodeConfig, decode
 from workloads.decoding.calls import CachedModel, Meter
-from workloads.decoding.engine import _speculative, draft_settings
+from workloads.decoding.engine import draft_settings
 from workloads.decoding.output import Output
+from workloads.decoding.schedules import StandaloneDrafter, speculative
 from workloads.decoding.state import DecodeState
 
 PROMPT = "7"
@@ -60,8 +61,8 @@ def test_caches_hold_the_verified_prefix_only(uncertain_pair, schedule, steps):
         drafter, verifier = (CachedModel(uncertain_pair.drafter, meter),
                              CachedModel(uncertain_pair.verifier, meter))
         with torch.inference_mode():
-            _speculative(state, drafter, verifier, prompt, draft_settings(uncertain_pair, config),
-                         packed=schedule == "packed", block=config.block)
+            speculative(state, StandaloneDrafter(drafter), verifier, prompt,
+                        draft_settings(uncertain_pair, config), config.block)
         accepted, drafted = accepted + state.accepted, drafted + state.drafted
         verified = prompt + state.out.ids[:-1]
         n = len(verified)

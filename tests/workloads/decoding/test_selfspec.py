@@ -12,11 +12,11 @@ from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.calls import CachedModel, Meter
 from workloads.decoding.config import ConfigError
 from workloads.decoding.engine import draft_settings
+from workloads.decoding.masks import additive, packed
 from workloads.decoding.output import Output
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
 from workloads.models import load_pair
-from workloads.models.masks import additive, packed
 from workloads.models.pair import DiffusionProfile, SelfPair
 from workloads.tasks import get_task
 
@@ -155,7 +155,8 @@ def test_cache_holds_the_verified_prefix_only(uncertain_self, schedule):
                         meter)
     cached = CachedModel(model, meter)
     with torch.inference_mode():
-        self_speculative(state, cached, prompt, draft_settings(uncertain_self, config))
+        self_speculative(state, cached, prompt, draft_settings(uncertain_self, config),
+                         uncertain_self.kind.draft_width(config.block))
         prefix = prompt + state.out.ids[:-1]
         fresh = CachedModel(model, Meter())
         fresh.causal(prefix)
@@ -218,7 +219,8 @@ def test_any_order_packed_equals_its_serial_reference(any_order_self, block):
         state = DecodeState(config, Output(TOK, config.max_new_tokens, ()), torch.Generator(), meter)
         with torch.inference_mode():
             steps = anyorder_packed(state, CachedModel(any_order_self.model, meter), prompt,
-                                    draft_settings(any_order_self, config))
+                                    draft_settings(any_order_self, config),
+                                    any_order_self.kind.draft_width(config.block))
             expected = serial_reference(any_order_self, prompt, steps, block, config.max_new_tokens)
         assert state.out.ids == expected
         out_of_order += sum(s.order != sorted(s.order) for s in steps)
