@@ -29,6 +29,17 @@ def lossless_grid(pair: Pair, max_new_tokens: int) -> dict[str, DecodeConfig]:
             for block in (4, 8)}
 
 
+def parse_sizes(text: str) -> list[int]:
+    """`--batch-sizes`: whole numbers >= 1, comma-separated."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--batch-sizes: whole numbers separated by commas; got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch-sizes: every batch size must be >= 1; got {text!r}")
+    return sizes
+
+
 def hf_generate(pair: Pair, prompts: list[str], max_new_tokens: int) -> tuple[int, float]:
     """(new tokens up to each row's EOS, wall s) of HF `generate`, greedy, on a left-padded batch."""
     tok, verifier = pair.tokenizer, pair.kind.models(pair)[1]
@@ -98,3 +109,17 @@ def _slacks(pair: Pair, batches: list[list[str]], config: DecodeConfig) -> dict[
             totals[slack][0] += tokens
             totals[slack][1] += wall
     return {f"{slack:g}": n / s for slack, (n, s) in totals.items()}
+
+
+def table(rows: list[dict], pair: str, n: int, threads: int) -> list[str]:
+    """The lines `specsweep bench batch` prints: one per batch size, speeds also relative to the first."""
+    base = rows[0]
+    lines = [f"{pair}, {n} arith prompts, greedy, {threads} thread(s); tokens/s, batches interleaved",
+             f"{'batch':>5} {'ar':>8} {'hf gen':>8} {'best lossless':>18} {'best':>8} {'best/ar':>7} "
+             f"{'ar vs b1':>8} {'best vs b1':>10}  slack 0 / 0.5 / 1 (best)"]
+    for r in rows:
+        slack = " / ".join(f"{v:.0f}" for v in r["slack_tps"].values())
+        lines.append(f"{r['batch_size']:>5} {r['ar_tps']:8.1f} {r['hf_generate_tps']:8.1f} {r['best']:>18} "
+                     f"{r['best_tps']:8.1f} {r['ratio']:6.2f}x {r['ar_tps'] / base['ar_tps']:7.2f}x "
+                     f"{r['best_tps'] / base['best_tps']:9.2f}x  {slack}")
+    return lines

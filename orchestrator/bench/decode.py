@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rich.table import Table
+
 from orchestrator.analysis.metrics import trial_metrics
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.engine import DecodeResult, decode
@@ -52,6 +54,15 @@ class Totals:
         }
 
 
+def arith(n: int) -> tuple[list[str], Callable[[int, str], float]]:
+    """The first `n` arith test prompts, and `score(i, text)`: the answer to prompt i scored."""
+    from workloads.tasks import get_task
+
+    task = get_task("arith")
+    examples = task.examples("test", n=n)
+    return [e.prompt for e in examples], lambda i, text: task.score(examples[i], text)
+
+
 def decode_all(pair: Pair, prompts: list[str], configs: dict[str, DecodeConfig],
                score: Callable[[int, str], float] | None = None, warmup: int = 3,
                progress: Callable[[int], None] | None = None) -> dict[str, Totals]:
@@ -95,3 +106,31 @@ def default_grid(kind: PairKind, block: int = 8, max_new_tokens: int = 48) -> di
         for k in (1,) if kind.one_step(schedule) else (1, 2, 4):
             grid[f"{schedule} K={k}"] = DecodeConfig(schedule=schedule, steps=k, **base)
     return grid
+
+
+COLUMNS = ("config", "accuracy", "tokens/NFE", "accept rate", "accept len", "speedup vs ar", "model ms/iter",
+           "overhead ms/iter", "exact")
+
+
+def cell(value: float | None, spec: str = ".2f") -> str:
+    """A figure as a table shows it; "-" where the configuration has none."""
+    return "-" if value is None else format(value, spec)
+
+
+def config_table(title: str, columns: tuple[str, ...]) -> Table:
+    """An empty table of one row per configuration: the config left, its figures right."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col == "config" else "right")
+    return table
+
+
+def table(rows: list[dict], pair: str, n: int, block: int) -> Table:
+    """The table `specsweep bench decode` prints: one row per configuration."""
+    out = config_table(f"decode benchmark: pair {pair}, {n} arith prompts, B={block}, greedy lossless",
+                       COLUMNS)
+    for r in rows:
+        out.add_row(r["config"], f"{r['accuracy']:.2f}", f"{r['tokens_per_nfe']:.2f}",
+                    cell(r["acceptance_rate"]), cell(r["mean_accept_len"]), f"{r['speedup']:.2f}x",
+                    f"{r['model_ms_per_iter']:.2f}", f"{r['overhead_ms_per_iter']:.2f}", str(r["exact"]))
+    return out

@@ -87,3 +87,15 @@ def best_lossless(pairs: dict[str, Pair], prompts: list[str], max_new_tokens: in
                      "vs_ar": best.throughput / ar,
                      "mean_accept_len": best.metrics()["mean_accept_len"]})
     return rows
+
+
+def table(rows: list[dict], best: list[dict], pair: str, n: int) -> list[str]:
+    """The lines `specsweep bench dflash` prints: `reference_comparison`'s rows, then `best_lossless`'s."""
+    lines = [f"{pair}, {n} arith prompts, greedy, interleaved per prompt"]
+    for r in rows:
+        same = "" if r["same_tokens"] is None else f"  same tokens as the reference on {r['same_tokens']}/{n}"
+        lines.append(f"  {r['decoder']:<40} {r['tokens_per_s']:8.1f} tok/s  {r['vs_ar']:5.2f}x ar  "
+                     f"{r['vs_reference']:5.2f}x reference{same}")
+    return lines + ["best lossless configuration per pair:"] + [
+        f"  {r['pair']:<12} {r['config']:<18} {r['tokens_per_s']:8.1f} tok/s  {r['vs_ar']:5.2f}x ar  "
+        f"mean_accept_len {r['mean_accept_len']:.2f}" for r in best]

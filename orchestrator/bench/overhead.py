@@ -43,3 +43,15 @@ def orchestration_overhead(trials: int, prompts: int, max_slots: int) -> list[di
         rows.append({"slots": slots, "trials_per_min": 60 * driver.progress.finished / driver.trials_s,
                      "outside_decoding": 1 - driver.decode_s / (slots * driver.trials_s)})
     return rows
+
+
+def heading(trials: int, prompts: int) -> str:
+    """The line `specsweep bench sweep` prints before it runs."""
+    return f"{trials} trials x {prompts} prompts, toy pair, 4 trials in flight"
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The lines `specsweep bench sweep` prints: one per slot count, speed relative to 1 slot."""
+    return [f"slots {r['slots']}: {r['trials_per_min']:6.1f} trials/min "
+            f"({r['trials_per_min'] / rows[0]['trials_per_min']:.2f}x of 1 slot), worker-slot time "
+            f"outside decoding {100 * r['outside_decoding']:.1f}%" for r in rows]

@@ -15,7 +15,7 @@ a short rung the two often agree on every answer). Two noise shapes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -65,6 +65,10 @@ class ErrorRate:
         """Whether some wrong-stop rate of this cell exceeds α by more than `margin`."""
         worst = max(self.dominated, self.speed_only, self.accuracy_gap, self.infeasible)
         return worst > self.alpha + self.margin
+
+    def to_dict(self) -> dict:
+        """The cell as `specsweep bench racing --json` prints it, with its margin."""
+        return {**asdict(self), "margin": self.margin}
 
 
 def error_rate(n: int, shape: str, alpha: float, reps: int, seed: int = 0) -> ErrorRate:

@@ -29,3 +29,13 @@ def sandbox_overhead(n: int) -> dict:
     count = len(examples)
     return {"problems": count, "passed": passed, "layers": run.layers,
             "inline_ms": 1000 * inline / count, "sandboxed_ms": 1000 * confined / count}
+
+
+def table(r: dict) -> list[str]:
+    """The lines `specsweep bench sandbox` prints from `sandbox_overhead`'s figures."""
+    return [f"{r['problems']} HumanEval canonical solutions, {r['passed']} passed in the sandbox "
+            f"({r['layers']})",
+            f"in process   {r['inline_ms']:8.2f} ms/problem",
+            f"sandboxed    {r['sandboxed_ms']:8.2f} ms/problem",
+            f"overhead     {r['sandboxed_ms'] - r['inline_ms']:8.2f} ms/problem "
+            f"({r['sandboxed_ms'] / max(r['inline_ms'], 1e-9):.0f}x)"]

@@ -24,6 +24,7 @@ from orchestrator.sweep.space import batch_sizes, candidate_of, grid, modelled, 
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
+SHARES = (0.1, 0.25, 0.5)  # of the grid's trial count, where `compare_strategies` reads hypervolume
 
 
 def replay(
@@ -53,7 +54,7 @@ def replay(
     return list(seen.values())
 
 
-def fractions(spec: SweepSpec, table: dict[tuple, tuple], points: list[tuple], shares=(0.1, 0.25, 0.5)):
+def fractions(spec: SweepSpec, table: dict[tuple, tuple], points: list[tuple], shares=SHARES):
     """Hypervolume after each share of the grid's size, as a fraction of the grid's own."""
     directions = tuple(spec.objectives.values())
     reference = default_reference(list(table.values()), directions)
@@ -67,7 +68,7 @@ def fractions(spec: SweepSpec, table: dict[tuple, tuple], points: list[tuple], s
 def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | None = None
                        ) -> tuple[int, dict[str, list[list[float]]]]:
     """Replay every strategy `seeds` times on the finished grid sweep `sweep`: (grid points,
-    {strategy: per seed, the hypervolume fractions after 10%, 25% and 50% of the grid})."""
+    {strategy: per seed, the hypervolume fractions after 10%, 25% and 50% of the grid (`SHARES`)})."""
     import json
 
     from orchestrator.sweep.study import load_sweep
@@ -233,3 +234,30 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
                              "hypervolume_fraction": statistics.mean(hv), "recall": statistics.mean(recall),
                              "cost_fraction": statistics.mean(cost)})
     return rows
+
+
+def mean_rows(runs: dict[str, list[list[float]]]) -> list[dict]:
+    """`compare_strategies`'s fractions as rows like `race_strategies`'s: one per (strategy,
+    budget share), the mean over seeds."""
+    return [{"strategy": strategy, "racing": False, "budget": share,
+             "hypervolume_fraction": statistics.mean(cells)}
+            for strategy, per_seed in runs.items() for share, cells in zip(SHARES, zip(*per_seed))]
+
+
+def fraction_table(points: int, runs: dict[str, list[list[float]]], sweep: str, seeds: int) -> list[str]:
+    """The lines `specsweep bench search` prints: per strategy, mean ± sd of the fractions."""
+    lines = [f"replaying {points} measured grid points of {sweep}; hypervolume as a fraction of the grid's",
+             f"{'strategy':<10} {'10%':>12} {'25%':>12} {'50%':>12}   (mean ± sd over {seeds} seeds)"]
+    for strategy, per_seed in runs.items():
+        cells = [f"{statistics.mean(c):.3f}±{statistics.pstdev(c):.3f}" for c in zip(*per_seed)]
+        lines.append(f"{strategy:<10} " + " ".join(f"{c:>12}" for c in cells))
+    return lines
+
+
+def race_table(rows: list[dict], sweep: str, racing: Racing, seeds: int) -> list[str]:
+    """The lines `specsweep bench search --racing` prints: one per `race_strategies` row."""
+    return [f"replaying {sweep} from its per-prompt records; budget = share of the grid's prompt-decodes; "
+            f"racing start {racing.start}, factor {racing.factor:g}; means over {seeds} seeds",
+            f"{'strategy':<8} {'racing':<6} {'budget':>6} {'hypervolume':>11} {'recall':>7} {'cost':>6}"] + [
+        f"{r['strategy']:<8} {'yes' if r['racing'] else 'no':<6} {r['budget']:>6.0%} "
+        f"{r['hypervolume_fraction']:>11.3f} {r['recall']:>7.3f} {r['cost_fraction']:>6.3f}" for r in rows]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.table import Table
+
 from orchestrator.analysis.metrics import paired_bootstrap
-from orchestrator.bench.decode import decode_all
+from orchestrator.bench.decode import cell, config_table, decode_all
 from workloads.decoding import DecodeConfig
 
 
@@ -65,3 +67,21 @@ def compare_schedules(
             )
         rows.append(row)
     return rows
+
+
+COLUMNS = ("config", "accuracy", "tokens/NFE", "ms/NFE", "rows/iter", "accept len", "vs linear [95% CI]",
+           "vs ar", "overhead share", "packed NFE <= linear")
+
+
+def table(rows: list[dict], pair: str, n: int) -> Table:
+    """The table `specsweep bench self` prints: one row per configuration."""
+    out = config_table(f"self-speculative benchmark: pair {pair}, {n} arith prompts, greedy lossless",
+                       COLUMNS)
+    for r in rows:
+        ci = "{:.2f}x [{:.2f}, {:.2f}]".format(*r["vs_linear"]) if "vs_linear" in r else "-"
+        share = r.get("packed_nfe_le_linear")
+        out.add_row(r["config"], f"{r['accuracy']:.2f}", f"{r['tokens_per_nfe']:.2f}",
+                    f"{r['ms_per_nfe']:.2f}", f"{r['rows_per_iteration']:.1f}", cell(r["mean_accept_len"]),
+                    ci, f"{r['vs_ar']:.2f}x", f"{r['overhead_share']:.0%}",
+                    "-" if share is None else f"{share:.0%} of prompts")
+    return out

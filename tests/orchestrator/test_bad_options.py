@@ -1,0 +1,77 @@
+"""Bad command-line options, the files they name and the services they point at: refused
+before anything decodes or is written (`bad_input` says how)."""
+
+import pytest
+
+from orchestrator.cli import app
+from tests.orchestrator.bad_input import GOOD, one_line_error, run_cli, runner, tree
+
+
+@pytest.mark.parametrize(("flags", "starts"), [
+    (["--temperature", "nan"], "temperature: must be a finite number"),
+    (["--top-p", "inf"], "top_p: must be a finite number"),
+    (["--threshold", "nan"], "threshold: must be a finite number"),
+])
+def test_bad_decode_flags(flags, starts):
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompt", "1+1=", *flags]), starts)
+
+
+def test_binary_prompts_and_config_files_name_the_file(tmp_path):
+    binary = tmp_path / "prompts.txt"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(binary)]),
+                   f"--prompts: {binary} is not UTF-8")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--config", str(binary), "--prompt", "1"]),
+                   f"config: {binary} is not UTF-8")
+
+
+@pytest.mark.parametrize(("flags", "starts"), [
+    (["--tracking-uri", "bogus://x"], "tracking: 'bogus://x' is not a tracking URI"),
+    (["--tracking-uri", "http://127.0.0.1:9"], "tracking: cannot reach the tracking server at http://127.0.0.1:9"),
+    (["--ray-address", "127.0.0.1:1"], "cluster: cannot reach the Ray cluster at 127.0.0.1:1"),
+    (["--ray-address", "nonsense"], "cluster: the Ray address must be"),
+])
+def test_unreachable_services_are_named_in_seconds_and_nothing_is_written(tmp_path, flags, starts):
+    import time
+
+    begin = time.time()
+    result = run_cli(tmp_path, GOOD, *flags)
+    one_line_error(result, starts)
+    assert time.time() - begin < 15
+    assert not (tmp_path / ".specsweep").exists()
+
+
+def test_an_empty_data_file_is_named(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    one_line_error(runner.invoke(app, ["tasks", "sample", "gsm8k", "--data", str(empty)]),
+                   f"data: {empty} holds no records")
+
+
+def test_decode_settings_a_pair_cannot_run_are_refused_before_it_loads(monkeypatch):
+    import workloads.models
+
+    def never(*args, **kwargs):
+        raise AssertionError("the pair was loaded")
+
+    monkeypatch.setattr(workloads.models, "load_pair", never)
+    decode = ["decode", "--prompt", "1", "--pair"]
+    one_line_error(runner.invoke(app, [*decode, "toy", "--schedule", "quadratic"]),
+                   "schedule: quadratic needs a dual-mode (self) pair")
+    one_line_error(runner.invoke(app, [*decode, "toy-self", "--schedule", "packed", "--steps", "2"]),
+                   "steps: packed on a dual-mode pair")
+
+
+def test_ray_address_auto_with_no_cluster_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray"))  # where `ray start` would leave its address
+    one_line_error(run_cli(tmp_path, GOOD, "--ray-address", "auto"),
+                   "cluster: the Ray address auto finds no Ray cluster")
+    assert tree(tmp_path) == ["spec.yaml"]
+
+
+def test_a_prompt_past_the_model_positions_is_refused_before_any_decodes(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("1+1=\n2+2=\n" + "1+" * 5000 + "1=\n")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(prompts)]),
+                   "prompt 3: 10002 tokens + max_new_tokens 64 pass the model's 256 positions")

@@ -1,0 +1,151 @@
+"""Bad sweep specs, and bad pairs they name (model files, hub copies, drafters): refused
+before anything runs (`bad_input` says how)."""
+
+import os
+
+import pytest
+import yaml
+
+from orchestrator.cli import app
+from tests.orchestrator.bad_input import GOOD, one_line_error, run_cli, runner, tree
+
+SPECS = {
+    "nan temperature": ({"space": {**GOOD["space"], "temperature": float("nan")}}, "spec: space.temperature"),
+    "inf leniency": ({"space": {**GOOD["space"], "rule": ["linear"], "leniency": [float("inf")]}},
+                     "spec: space.leniency"),
+    "constraint number": ({"constraints": ["accuracy >= 1.2.3"]}, "spec: constraints"),
+    "seed past 2**32": ({"search": {**GOOD["search"], "seed": 2**80}}, "spec: search.seed"),
+    "negative seed": ({"search": {**GOOD["search"], "seed": -1}}, "spec: search.seed"),
+    "batch size 0": ({"space": {**GOOD["space"], "batch_size": [1, 0]}}, "spec: space.batch_size: 0 is not"),
+    "fractional batch size": ({"space": {**GOOD["space"], "batch_size": 2.5}}, "spec: space.batch_size: 2.5"),
+    "batch size past the prompts": ({"space": {**GOOD["space"], "batch_size": [1, 10**12]}},
+                                    "spec: space.batch_size: 1000000000000 is more than the task's 2 prompts "
+                                    "(task.limit); at most 2"),
+    "nan range low": ({"space": {**GOOD["space"], "temperature": {"low": float("nan"), "high": 1,
+                                                                  "step": 0.5}}},
+                      "spec: space.temperature: a range needs finite low, high, step>0 (low: "),
+    "inf range step": ({"space": {**GOOD["space"], "top_p": {"low": 0.5, "high": 1, "step": float("inf")}}},
+                       "spec: space.top_p: a range needs finite low, high, step>0 (step: "),
+    "range width past a float": ({"space": {**GOOD["space"], "temperature": {"low": -1e308, "high": 1e308,
+                                                                             "step": 1}}},
+                                 "spec: space.temperature: the range holds over 1e+308 values"),
+    "prompt past the positions": ({"space": {**GOOD["space"], "max_new_tokens": [8, 251]}},
+                                  "spec: task: example 0 (pair toy): 6 tokens + max_new_tokens 251 pass the "
+                                  "model's 256 positions"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPECS))
+def test_bad_spec_values(tmp_path, case):
+    change, starts = SPECS[case]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, **change}))
+    before = tree(tmp_path)
+    one_line_error(runner.invoke(app, ["run", str(path), "--root", str(tmp_path)]), starts)
+    assert tree(tmp_path) == before
+
+
+def test_a_constraint_with_an_exponent_is_still_accepted(tmp_path):
+    from orchestrator.sweep.spec import constraint_terms, parse_spec
+
+    spec = parse_spec({**GOOD, "constraints": ["accuracy >= 5e-1", "latency_s <= .25"]})
+    assert constraint_terms(spec.constraints) == [("accuracy", ">=", 0.5), ("latency_s", "<=", 0.25)]
+
+
+def test_a_binary_spec_names_the_file(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    result = runner.invoke(app, ["run", str(path), "--root", str(tmp_path)])
+    one_line_error(result, f"spec: {path} is not UTF-8")
+
+
+def test_a_limit_past_a_million_prompts_is_refused(tmp_path):
+    huge = {**GOOD, "task": {"name": "arith", "limit": 10**15}}
+    one_line_error(run_cli(tmp_path, huge), "spec: task.limit")
+
+
+@pytest.fixture
+def broken_model(tmp_path):
+    """A copy of the bundled dual-mode model, to damage."""
+    import shutil
+    from pathlib import Path
+
+    import workloads.models
+
+    source = Path(workloads.models.__file__).with_name("toy") / "self"
+    return Path(shutil.copytree(source, tmp_path / "model"))
+
+
+@pytest.mark.parametrize(("damage", "starts"), [
+    ("config", "spec: pairs: pair.model: {dir}/config.json is not valid JSON"),
+    ("weights", "spec: pairs: pair.model: {dir}/model.safetensors is cut short"),
+    ("dtype", "spec: pairs: pair.model: {dir}/model.safetensors is not a readable safetensors file (tensor "),
+])
+def test_a_damaged_model_directory_is_named_before_anything_runs(tmp_path, broken_model, damage, starts):
+    weights = broken_model / "model.safetensors"
+    if damage == "config":
+        (broken_model / "config.json").write_text('{"architectures": [')
+    elif damage == "weights":
+        weights.write_bytes(weights.read_bytes()[:-1000])
+    else:  # one tensor's header says F16 while its bytes hold F32
+        weights.write_bytes(weights.read_bytes().replace(b'"F32"', b'"F16"', 1))
+    spec = {**GOOD, "pairs": [{"name": "broken", "model": str(broken_model)}], "space": {
+        "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
+    root = tmp_path / "root"
+    root.mkdir()
+    one_line_error(run_cli(root, spec), starts.format(dir=broken_model))
+    assert os.listdir(root) == ["spec.yaml"]
+
+
+def test_a_damaged_copy_in_the_hub_cache_is_named_before_anything_runs(tmp_path, broken_model, monkeypatch):
+    """A hub id resolved offline from the local hub cache gets the same checks as a local path."""
+    import shutil
+
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--broken" / "snapshots" / "abc123"
+    shutil.copytree(broken_model, snapshot)
+    (cache / "models--org--broken" / "refs").mkdir()
+    (cache / "models--org--broken" / "refs" / "main").write_text("abc123")
+    weights = snapshot / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    spec = {**GOOD, "pairs": [{"name": "broken", "model": "org/broken"}], "space": {
+        "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
+    root = tmp_path / "root"
+    root.mkdir()
+    one_line_error(run_cli(root, spec), f"spec: pairs: pair.model: {weights} is cut short")
+    assert os.listdir(root) == ["spec.yaml"]
+
+
+def test_a_standalone_drafter_given_as_a_dflash_drafter_is_named_before_anything_runs(tmp_path):
+    from workloads.models.pair import BUNDLED
+
+    toy = BUNDLED["toy"]
+    spec = {**GOOD, "pairs": [{"name": "wrong", **toy, "profile": {"family": "dflash"}}]}
+    one_line_error(run_cli(tmp_path, spec), f"spec: pairs: pair.drafter: {toy['drafter']} is not a DFlash "
+                                            "drafter")
+    assert tree(tmp_path) == ["spec.yaml"]
+
+
+@pytest.mark.slow  # a real sweep
+def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_path, broken_model):
+    """Weights that hold none of the model's tensors pass every check a spec can make without
+    loading them; the workers refuse them, and the new sweep's state and MLflow runs go."""
+    import torch
+    from mlflow.tracking import MlflowClient
+    from safetensors.torch import save_file
+
+    save_file({"unrelated": torch.zeros(4)}, broken_model / "model.safetensors")
+    spec = {**GOOD, "pairs": [{"name": "empty", "model": str(broken_model)}], "space": {
+        "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
+    root = tmp_path / "root"
+    root.mkdir()
+    result = run_cli(root, spec)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"error: pair.model: {broken_model} lacks 39 of the model's weights"), last
+    assert not (root / ".specsweep" / "bad").exists() and not (root / ".specsweep" / "bad.lock").exists()
+    client = MlflowClient(f"sqlite:///{root / '.specsweep' / 'mlflow.db'}")
+    assert client.search_runs([client.get_experiment_by_name("bad").experiment_id]) == []
