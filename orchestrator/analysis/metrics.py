@@ -25,6 +25,28 @@ TRIAL_METRICS = (
 )
 
 
+# metric -> (numerator, denominator) of per-prompt columns (None: count the prompts). At batch
+# size 1, where a batch is its prompt, `trial_metrics` gives Σ numerator / Σ denominator over
+# the prompts, so racing compares trials prompt by prompt on the same figures.
+PROMPT_SUMS = {
+    "accuracy": ("correct", None),
+    "latency_s": ("wall_s", None),
+    "throughput_tps": ("new_tokens", "batch_wall_s"),
+    "tokens_per_nfe": ("new_tokens", "nfe"),
+    "time_per_nfe_s": ("batch_wall_s", "batch_nfe"),
+    "acceptance_rate": ("accepted", "drafted"),
+    "mean_accept_len": ("accepted", "iterations"),
+    "overhead_frac": ("overhead_s", "wall_s"),
+}
+_ALONE = {"batch_wall_s": "wall_s", "batch_nfe": "nfe"}  # a record decoded alone: its batch is itself
+
+
+def prompt_column(record: dict, name: str) -> float:
+    """A record's value of the per-prompt column `name` (0 where it has none)."""
+    value = record.get(name, record.get(_ALONE.get(name, name)))
+    return float(value or 0.0)
+
+
 def _sum(records: list[dict], key: str) -> float:
     return float(sum(r[key] for r in records))
 

@@ -2,8 +2,9 @@
 
 A candidate runs on rungs of nested prompt prefixes n_0 = start, n_{j+1} = min(N, factor·n_j)
 of the task's fixed order, so any two candidates measured that far share their first n
-prompts and compare paired. Metrics are ratios of sums over prompts (batches, at batch size
-above 1): accuracy = Σcorrect/n, throughput_tps = Σnew_tokens/Σwall, and so on (`COLUMNS`).
+prompts and compare paired (races run at batch size 1). Metrics are ratios of sums over
+prompts, the trial metrics' own (`metrics.PROMPT_SUMS`): accuracy = Σcorrect/n,
+throughput_tps = Σnew_tokens/Σwall, and so on.
 """
 
 from __future__ import annotations
@@ -14,26 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.analysis.metrics import PROMPT_SUMS, prompt_column
+
 STOPPED = "racing_stopped"  # trial attribute: the prompts a trial racing stopped was measured on
 
-# metric -> (numerator, denominator) per prompt; a metric is Σ numerator / Σ denominator
-COLUMNS = {
-    "accuracy": ("correct", None),
-    "latency_s": ("wall_s", None),
-    "throughput_tps": ("new_tokens", "wall_s"),
-    "tokens_per_nfe": ("new_tokens", "nfe"),
-    "time_per_nfe_s": ("wall_s", "nfe"),
-    "acceptance_rate": ("accepted", "drafted"),
-    "mean_accept_len": ("accepted", "iterations"),
-    "overhead_frac": ("overhead_s", "wall_s"),
-}
 
 
 def unsummed(metrics) -> str | None:
     """Why racing cannot compare on `metrics`: the first that is not a sum over prompts, or None."""
     for metric in metrics:
-        if metric not in COLUMNS:
-            return f"objective {metric} is not a sum over prompts; race on one of {', '.join(COLUMNS)}"
+        if metric not in PROMPT_SUMS:
+            return f"objective {metric} is not a sum over prompts; race on one of {', '.join(PROMPT_SUMS)}"
     return None
 
 
@@ -72,18 +64,18 @@ LAW_METRICS = ("accuracy",)
 
 def columns(metric: str) -> tuple[str, str | None]:
     """(numerator, denominator) of a metric racing compares; ValueError for any other."""
-    if metric not in COLUMNS:
+    if metric not in PROMPT_SUMS:
         raise ValueError(f"racing: {unsummed([metric])}")
-    return COLUMNS[metric]
+    return PROMPT_SUMS[metric]
 
 
 def _column(records: list[dict], name: str | None) -> np.ndarray:
     """A per-prompt column (n,); a metric without a denominator divides by the prompt count."""
-    return np.array([float(r.get(name) or 0.0) if name else 1.0 for r in records])
+    return np.array([prompt_column(r, name) if name else 1.0 for r in records])
 
 
 def value(records: list[dict], metric: str) -> float:
-    """`metric` on `records`: Σ top / Σ bottom over the prompts (`COLUMNS`); NaN when the
+    """`metric` on `records`: Σ top / Σ bottom over the prompts (`PROMPT_SUMS`); NaN when the
     denominator is 0."""
     top, bottom = columns(metric)
     denominator = _column(records, bottom).sum()
@@ -106,7 +98,7 @@ def better_p(rival: list[dict], candidate: list[dict], metric: str, sign: float,
     """One-sided p-value of "the rival is better on `metric`" from n paired prompts, or None
     when the two agree on every prompt (nothing to test).
 
-    Statistic: Δ = sign·(M(rival) − M(candidate)), M = Σ top / Σ bottom (`COLUMNS`). Under
+    Statistic: Δ = sign·(M(rival) − M(candidate)), M = Σ top / Σ bottom (`PROMPT_SUMS`). Under
     the null that at each prompt the two records are exchangeable (same law), swapping the
     pair at any set of prompts leaves the law of the data unchanged, so
     p = #{s : Δ(s) ≥ Δ(observed)} / S over the swap patterns s (`flips`) gives
@@ -187,7 +179,7 @@ def infeasible(candidate: list[dict], constraints: list[tuple[str, str, float]],
     trial's value decides it."""
     n = len(candidate)
     for metric, op, bound in constraints:
-        top, bottom = COLUMNS.get(metric, (None, None))
+        top, bottom = PROMPT_SUMS.get(metric, (None, None))
         counts = _column(candidate, top) if top else None
         if not n or bottom or counts is None or not np.isin(counts, (0.0, 1.0)).all():
             continue

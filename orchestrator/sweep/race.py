@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import optuna
 
-from orchestrator.analysis.racing import COLUMNS, Racing, rungs, stop
+from orchestrator.analysis.metrics import PROMPT_SUMS
+from orchestrator.analysis.racing import Racing, rungs, stop
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 from workloads.decoding import DecodeConfig
 from workloads.decoding.config import is_exact
@@ -59,7 +60,7 @@ class Race:
     def columns(self) -> list[str]:
         """The per-prompt columns the objectives and constraints are sums of."""
         metrics = [*self.spec.objectives, *(m for m, _, _ in constraint_terms(self.spec.constraints))]
-        return sorted({c for m in metrics if m in COLUMNS for c in COLUMNS[m] if c})
+        return sorted({c for m in metrics if m in PROMPT_SUMS for c in PROMPT_SUMS[m] if c})
 
     def first(self) -> int:
         """Prompts of the first rung."""
