@@ -131,6 +131,14 @@ def test_self_settings_refused():
         decode(pair, "1", DecodeConfig(schedule="linear", block=1))
 
 
+def test_diffusion_on_a_dual_mode_pair_drafts_alone():
+    """The `diffusion` baseline of a dual-mode pair is its diffusion mode decoding alone: B
+    tokens per call and iteration, nothing verified (it once ran the packed loop instead)."""
+    r = decode(stub_self(), "1", DecodeConfig(schedule="diffusion", block=4, max_new_tokens=8))
+    assert (r.drafted, r.accepted, r.accept_lengths, r.exact) == (0, 0, [], False)
+    assert r.iterations == 2 and r.nfe == 2 and r.token_ids == [digit_at(p) for p in range(1, 9)]
+
+
 # -- temperature 1 ---------------------------------------------------------------------------
 
 PROMPT = "7"
