@@ -68,38 +68,51 @@ def decode(
     verify_order: str = typer.Option(None, help="ltr | confidence (any-order packed, dual-mode).", **OPT),
 ) -> None:
     """Decode prompts with a pair under one configuration and print text and measurements."""
-    import yaml
-
-    from workloads.decoding import DecodeConfig, decode_batch
-    from workloads.decoding.engine import check_texts_fit
-    from workloads.models import load_pair
-    from workloads.models.pair import load_tokenizer, max_positions, pair_kind
+    from workloads.decoding import DecodeConfig
 
     flags = dict(schedule=schedule, block=block, steps=steps, threshold=threshold, unmask=unmask, rule=rule,
                  leniency=leniency, temperature=temperature, top_k=top_k, top_p=top_p,
                  draft_temperature=draft_temperature, draft_top_k=draft_top_k, draft_top_p=draft_top_p,
                  max_new_tokens=max_new_tokens, seed=seed, stop=tuple(stop) if stop else None,
                  verify_order=verify_order)
-    settings: dict = {}
-    if config is not None:
-        settings = DecodeConfig.from_file(config).to_dict()
-        document = yaml.safe_load(config.read_text()) or {}
-        pair = document.get("pair") if pair is None else pair
-        if batch_size is None and isinstance(document.get("batch_size"), int) and document["batch_size"] >= 1:
-            batch_size = document["batch_size"]  # an export decodes at the batch size it was measured at
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    cfg = DecodeConfig.from_dict(settings)
+    document = read_config(config) if config is not None else {}
+    pair = document.get("pair") if pair is None else pair
+    if batch_size is None and isinstance(document.get("batch_size"), int) and document["batch_size"] >= 1:
+        batch_size = document["batch_size"]  # an export decodes at the batch size it was measured at
+    settings = DecodeConfig.from_dict(document.get("config", document)).to_dict()
+    cfg = DecodeConfig.from_dict({**settings, **{k: v for k, v in flags.items() if v is not None}})
     if (prompt is None) == (prompts is None):
         raise ValueError("--prompt, --prompts: give exactly one")
     if pair is None:
         raise ValueError("--pair: required (or a config file with a 'pair' entry)")
     texts = [prompt] if prompt is not None else read_prompts(prompts)
+    _decode_all(pair, texts, cfg, num_samples, batch_size or 1, as_json)
+
+
+def read_config(path: Path) -> dict:
+    """A config file's mapping (the settings, or an export with `config:`, `pair:` and
+    `batch_size:`), read within the spec files' bounds."""
+    from orchestrator.sweep.specfile import read_document
+
+    document = read_document(path, "config") or {}
+    if not isinstance(document, dict):
+        raise ValueError(f"config: {path} must hold a mapping of settings")
+    return document
+
+
+def _decode_all(pair: str | dict, texts: list[str], cfg, num_samples: int, batch_size: int,
+                as_json: bool) -> None:
+    """Check, load, decode `texts` (`num_samples` seeds each) in batches and print them."""
+    from workloads.decoding import decode_batch
+    from workloads.decoding.engine import check_texts_fit
+    from workloads.models import load_pair
+    from workloads.models.pair import load_tokenizer, max_positions, pair_kind
+
     pair_kind(pair).check(cfg)  # before any weights load (and print their progress bars)
     if (limit := max_positions(pair)) is not None:  # a local model: every prompt fits before any decodes
         check_texts_fit(load_tokenizer(pair), {f"prompt {i + 1}": t for i, t in enumerate(texts)},
                         cfg.max_new_tokens, limit)
     loaded = load_pair(pair)
-    batch_size = batch_size or 1
     rows = [(text, cfg.seed + sample) for text in texts for sample in range(num_samples)]
     for index, start in enumerate(range(0, len(rows), batch_size)):
         batch = rows[start:start + batch_size]

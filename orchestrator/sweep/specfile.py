@@ -1,6 +1,6 @@
-"""A spec file read into data, bounded before anything is built: the file's size, and the
-nodes its YAML aliases stand for, counted on the composed graph without expanding them (600
-bytes of nested anchors can stand for 10⁹ nodes)."""
+"""A spec file (or a decode config / export) read into data, bounded before anything is built:
+the file's size, and the nodes its YAML aliases stand for, counted on the composed graph
+without expanding them (600 bytes of nested anchors can stand for 10⁹ nodes)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ MAX_SPEC_BYTES = 256 << 10  # the spec file
 MAX_NODES = 100_000  # YAML nodes once its aliases (*name) are expanded
 
 
-def _expanded_size(root: yaml.Node) -> dict[int, int]:
+def _expanded_size(root: yaml.Node, field: str) -> dict[int, int]:
     """id(node) -> the nodes it stands for once every alias under it is expanded, computed
     on the composed graph, where an alias is the node it names: the cost is the size of the
     file, not of the expansion. A node inside itself (`&a [*a]`) raises SpecError."""
@@ -37,7 +37,7 @@ def _expanded_size(root: yaml.Node) -> dict[int, int]:
         elif isinstance(node, yaml.ScalarNode):
             size[key] = 1
         elif key in open_nodes:
-            raise SpecError(f"spec: line {node.start_mark.line + 1}: an alias inside the node it names")
+            raise SpecError(f"{field}: line {node.start_mark.line + 1}: an alias inside the node it names")
         else:
             open_nodes.add(key)
             stack.append((node, True))
@@ -45,11 +45,11 @@ def _expanded_size(root: yaml.Node) -> dict[int, int]:
     return size
 
 
-def _check_aliases(root: yaml.Node) -> None:
+def _check_aliases(root: yaml.Node, field: str) -> None:
     """Refuse a document that expands past MAX_NODES nodes through its aliases (nested
     anchors grow it ×9 a line: 600 bytes can stand for 10⁹ nodes), naming the deepest key
     that does."""
-    size = _expanded_size(root)
+    size = _expanded_size(root, field)
     if size[id(root)] <= MAX_NODES:
         return
     path, node = [], root
@@ -60,37 +60,42 @@ def _check_aliases(root: yaml.Node) -> None:
         path.append(str(key.value))
         node = value
     where = ".".join(path) or "the document"
-    raise SpecError(f"spec: {shorten(where, 80)}: {count_text(size[id(node)])} YAML nodes with its aliases "
-                    f"(*name) expanded; at most {MAX_NODES:,}")
+    raise SpecError(f"{field}: {shorten(where, 80)}: {count_text(size[id(node)])} YAML nodes with its "
+                    f"aliases (*name) expanded; at most {MAX_NODES:,}")
 
 
-def read_yaml(text: str):
+def read_yaml(text: str, field: str = "spec"):
     """The data of a YAML document (safe tags only), refused by `_check_aliases` before any
-    alias is expanded."""
+    alias is expanded; errors name `field`."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # libyaml's parser: 10x faster
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_aliases(node)
+        _check_aliases(node, field)
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def read_document(path: str | Path, field: str = "spec"):
+    """The data of the YAML file at `path`, within MAX_SPEC_BYTES and MAX_NODES; SpecError
+    naming `field` (spec, config) otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"spec: no such file {path}")
+        raise SpecError(f"{field}: no such file {path}")
     if path.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(f"spec: {path} is {path.stat().st_size:,} bytes; a spec is at most "
+        raise SpecError(f"{field}: {path} is {path.stat().st_size:,} bytes; a {field} is at most "
                         f"{MAX_SPEC_BYTES:,}")
     try:
-        data = read_yaml(path.read_text())
+        return read_yaml(path.read_text(), field)
     except UnicodeDecodeError as err:
-        raise SpecError(f"spec: {path} is not UTF-8 text (byte {err.start})") from None
+        raise SpecError(f"{field}: {path} is not UTF-8 text (byte {err.start})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f", line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"spec: {path} is not valid YAML ({str(err).splitlines()[0]}{at})") from None
-    return parse_spec(data, str(path))
+        raise SpecError(f"{field}: {path} is not valid YAML ({str(err).splitlines()[0]}{at})") from None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    return parse_spec(read_document(path), str(path))

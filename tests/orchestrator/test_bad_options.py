@@ -25,6 +25,16 @@ def test_binary_prompts_and_config_files_name_the_file(tmp_path):
                    f"config: {binary} is not UTF-8")
 
 
+def test_a_config_file_of_nested_aliases_is_refused_before_it_expands(tmp_path):
+    """600 bytes of nested anchors stand for 10⁹ nodes: `decode --config` counts them first."""
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    bomb.write_text("\n".join(lines) + "\n")
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--config", str(bomb), "--prompt", "1"]),
+                   "config: a9: ")
+
+
 @pytest.mark.parametrize(("flags", "starts"), [
     (["--tracking-uri", "bogus://x"], "tracking: 'bogus://x' is not a tracking URI"),
     (["--tracking-uri", "http://127.0.0.1:9"], "tracking: cannot reach the tracking server at http://127.0.0.1:9"),
