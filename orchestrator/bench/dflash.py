@@ -18,7 +18,7 @@ from workloads.models.pair import DFlashPair, Pair
 
 def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_new_tokens: int,
                          warmup: int = 3, progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Rows {decoder, tokens_per_s, vs_ar, vs_reference, same_tokens}: each decoder's new
+    """Rows {decoder, throughput_tps, throughput_ratio (vs ar), vs_reference, same_tokens}: each decoder's new
     tokens over its summed wall time, interleaved per prompt after `warmup` untimed prompts;
     `same_tokens` counts prompts whose tokens equal the reference decoder's."""
     from dflash.model import dflash_generate
@@ -58,8 +58,8 @@ def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_n
     speed = {name: n / s for name, (n, s) in totals.items()}
     labels = {"ar": "ar (verifier alone)", "specsweep": f"specsweep linear B={block} K=1 lossless",
               "reference": f"dflash_generate block_size={block}"}
-    return [{"decoder": labels[name], "tokens_per_s": speed[name], "vs_ar": speed[name] / speed["ar"],
-             "vs_reference": speed[name] / speed["reference"],
+    return [{"decoder": labels[name], "throughput_tps": speed[name],
+             "throughput_ratio": speed[name] / speed["ar"], "vs_reference": speed[name] / speed["reference"],
              "same_tokens": same if name == "specsweep" else None}
             for name in ("ar", "reference", "specsweep")]
 
@@ -77,14 +77,15 @@ def lossless_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
 def best_lossless(pairs: dict[str, Pair], prompts: list[str], max_new_tokens: int,
                   progress: Callable[[int], None] | None = None) -> list[dict]:
     """Per pair, the lossless greedy configuration with the highest throughput over `ar`
-    (both decoded interleaved per prompt): {pair, config, tokens_per_s, vs_ar, mean_accept_len}."""
+    (both decoded interleaved per prompt): {pair, config, throughput_tps, throughput_ratio,
+    mean_accept_len}."""
     rows = []
     for name, pair in pairs.items():
         totals = decode_all(pair, prompts, lossless_grid(max_new_tokens), progress=progress)
         ar = totals.pop("ar").throughput
         best = max(totals.values(), key=lambda t: t.throughput)
-        rows.append({"pair": name, "config": best.label, "tokens_per_s": best.throughput,
-                     "vs_ar": best.throughput / ar,
+        rows.append({"pair": name, "config": best.label, "throughput_tps": best.throughput,
+                     "throughput_ratio": best.throughput / ar,
                      "mean_accept_len": best.metrics()["mean_accept_len"]})
     return rows
 
@@ -94,8 +95,8 @@ def table(rows: list[dict], best: list[dict], pair: str, n: int) -> list[str]:
     lines = [f"{pair}, {n} arith prompts, greedy, interleaved per prompt"]
     for r in rows:
         same = "" if r["same_tokens"] is None else f"  same tokens as the reference on {r['same_tokens']}/{n}"
-        lines.append(f"  {r['decoder']:<40} {r['tokens_per_s']:8.1f} tok/s  {r['vs_ar']:5.2f}x ar  "
-                     f"{r['vs_reference']:5.2f}x reference{same}")
+        lines.append(f"  {r['decoder']:<40} {r['throughput_tps']:8.1f} tok/s  "
+                     f"{r['throughput_ratio']:5.2f}x ar  {r['vs_reference']:5.2f}x reference{same}")
     return lines + ["best lossless configuration per pair:"] + [
-        f"  {r['pair']:<12} {r['config']:<18} {r['tokens_per_s']:8.1f} tok/s  {r['vs_ar']:5.2f}x ar  "
-        f"mean_accept_len {r['mean_accept_len']:.2f}" for r in best]
+        f"  {r['pair']:<12} {r['config']:<18} {r['throughput_tps']:8.1f} tok/s  "
+        f"{r['throughput_ratio']:5.2f}x ar  mean_accept_len {r['mean_accept_len']:.2f}" for r in best]

@@ -105,8 +105,8 @@ def run_check(device: str, n: int, samples: int, extra: dict | None, progress: C
         for r in compare_schedules(pair, prompts, (4, 8, 16) if pair.kind.runs("quadratic") else (4, 8), 48):
             ci = "-" if "vs_linear" not in r else "{:.2f}x [{:.2f}, {:.2f}]".format(*r["vs_linear"])
             lines.append(
-                f"| {r['config']} | {r['tokens_per_nfe']:.2f} | {r['ms_per_nfe']:.2f} | "
-                f"{r['overhead_share']:.0%} | {r['vs_ar']:.2f}x | {ci} |"
+                f"| {r['config']} | {r['tokens_per_nfe']:.2f} | {r['model_ms_per_nfe']:.2f} | "
+                f"{r['overhead_frac']:.0%} | {r['throughput_ratio']:.2f}x | {ci} |"
             )
         lines.append("")
         del pair

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -22,11 +23,26 @@ class Aborted(RuntimeError):
     """Another row of the batch failed."""
 
 
+class Shared(Protocol):
+    """A network the rows of a batch share (`calls.Network`, `dflash.DFlashNetwork`): it runs
+    their queued calls as one forward, frees a row's slots when it leaves, drops what it holds
+    on the model when the batch ends, and counts forward passes and token rows."""
+
+    calls: int
+    rows: int
+
+    def run(self, calls: list[Call]) -> list: ...
+
+    def release(self, row: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Call:
-    """One row's model call, queued on `network` (anything with `run(calls) -> results`)."""
+    """One row's model call, queued on `network`."""
 
-    network: object
+    network: Shared
     row: int
     request: object
     result: object = None
@@ -83,7 +99,7 @@ class Batch:
                 c.result = result
                 c.ready.set()
 
-    def leave(self, row: int, networks: list) -> None:
+    def leave(self, row: int, networks: list[Shared]) -> None:
         """`row` has finished (or failed): release its slots; if every other row now waits,
         run their calls here."""
         with self.lock:
@@ -107,7 +123,7 @@ class Batch:
         self.waiting = []
 
 
-def run_rows(batch: Batch, rows: list[Callable[[], None]], networks: list) -> None:
+def run_rows(batch: Batch, rows: list[Callable[[], None]], networks: list[Shared]) -> None:
     """Run the row loops `rows` together; re-raises the first row's error."""
     errors: list[BaseException] = []
 

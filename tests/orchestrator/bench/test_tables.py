@@ -10,7 +10,8 @@ from orchestrator.bench import batch, decode, search
 
 def test_a_figure_a_configuration_lacks_shows_as_a_dash():
     row = {"config": "ar", "accuracy": 1.0, "tokens_per_nfe": 1.0, "acceptance_rate": None,
-           "mean_accept_len": None, "speedup": 1.0, "model_ms_per_iter": 2.0, "overhead_ms_per_iter": 0.5,
+           "mean_accept_len": None, "throughput_ratio": 1.0, "model_ms_per_iter": 2.0,
+           "overhead_ms_per_iter": 0.5,
            "exact": True}
     out = io.StringIO()
     Console(file=out, width=160).print(decode.table([row], "toy", 1, 8))
