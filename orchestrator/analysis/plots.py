@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from orchestrator.analysis.summary import effort  # noqa: E402
+from workloads.decoding.config import SPECULATIVE  # noqa: E402
 
 LABELS = {
     "throughput_tps": "throughput (tokens / s)",
@@ -90,7 +91,7 @@ def history_figure(history: list[float], title: str = ""):
 
 def schedules_figure(trials: list[dict], x: str = "throughput_tps", y: str = "accuracy", title: str = ""):
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for schedule, colour in (("linear", "tab:blue"), ("packed", "tab:orange"), ("quadratic", "tab:green")):
+    for schedule, colour in zip(SPECULATIVE, ("tab:blue", "tab:orange", "tab:green")):
         pts = [
             t
             for t in trials
@@ -183,7 +184,7 @@ def sweep_plots(spec, study, out: Path) -> list[Path]:
             out / "hypervolume.png",
         )
     )
-    ran = [s for s in ("linear", "packed", "quadratic") if s in {t["config"]["schedule"] for t in trials}]
+    ran = [s for s in SPECULATIVE if s in {t["config"]["schedule"] for t in trials}]
     if len(ran) > 1:
         title = f"{spec.name}: {' vs '.join(s.capitalize() for s in ran)}"
         paths.append(save(schedules_figure(trials, title=title), out / "schedules.png"))

@@ -25,7 +25,7 @@ def lossless_grid(pair: Pair, max_new_tokens: int) -> dict[str, DecodeConfig]:
     """The greedy lossless configurations compared: each schedule the pair runs at B = 4, 8 and K = 1."""
     return {f"{schedule} B={block} K=1": DecodeConfig(schedule=schedule, block=block, steps=1,
                                                       max_new_tokens=max_new_tokens)
-            for schedule in ("linear", "packed", "quadratic") if pair.kind.runs(schedule)
+            for schedule in pair.kind.speculative
             for block in (4, 8)}
 
 

@@ -102,7 +102,7 @@ def default_grid(kind: PairKind, block: int = 8, max_new_tokens: int = 48) -> di
     grid = {"ar": DecodeConfig(schedule="ar", **base)}
     for k in (1, 2, 4) if kind.runs("diffusion") else ():
         grid[f"diffusion K={k}"] = DecodeConfig(schedule="diffusion", steps=k, **base)
-    for schedule in ("linear", "packed"):
+    for schedule in kind.speculative:
         for k in (1,) if kind.one_step(schedule) else (1, 2, 4):
             grid[f"{schedule} K={k}"] = DecodeConfig(schedule=schedule, steps=k, **base)
     return grid

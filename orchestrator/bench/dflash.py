@@ -13,6 +13,7 @@ import torch
 from orchestrator.bench.decode import decode_all
 from workloads.decoding import DecodeConfig, decode
 from workloads.decoding.calls import sync
+from workloads.decoding.kinds import PairKind
 from workloads.models.pair import DFlashPair, Pair
 
 
@@ -64,11 +65,13 @@ def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_n
             for name in ("ar", "reference", "specsweep")]
 
 
-def lossless_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+def lossless_grid(kind: PairKind, max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """`ar` and every speculative schedule of `kind` at B 4 and 8, K 1 and 2 (1 where it
+    drafts in one step)."""
     grid = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
-    for schedule in ("linear", "packed"):
+    for schedule in kind.speculative:
         for block in (4, 8):
-            for k in (1, 2):
+            for k in (1,) if kind.one_step(schedule) else (1, 2):
                 grid[f"{schedule} B={block} K={k}"] = DecodeConfig(schedule=schedule, block=block, steps=k,
                                                                    max_new_tokens=max_new_tokens)
     return grid
@@ -81,7 +84,7 @@ def best_lossless(pairs: dict[str, Pair], prompts: list[str], max_new_tokens: in
     mean_accept_len}."""
     rows = []
     for name, pair in pairs.items():
-        totals = decode_all(pair, prompts, lossless_grid(max_new_tokens), progress=progress)
+        totals = decode_all(pair, prompts, lossless_grid(pair.kind, max_new_tokens), progress=progress)
         ar = totals.pop("ar").throughput
         best = max(totals.values(), key=lambda t: t.throughput)
         rows.append({"pair": name, "config": best.label, "throughput_tps": best.throughput,

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from orchestrator.bench.selfspec import compare_schedules, schedules
+from orchestrator.bench.selfspec import compare_schedules
 from workloads.decoding import DecodeConfig, decode
 from workloads.models.pair import BUNDLED, load_pair
 from workloads.tasks import get_task
@@ -28,7 +28,7 @@ def greedy_exactness(pair, prompts: list[str], blocks: tuple[int, ...], max_new_
         decode(pair, p, DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)).token_ids for p in prompts
     ]
     rows = []
-    for schedule in schedules(pair):
+    for schedule in pair.kind.speculative:
         for block in blocks:
             config = DecodeConfig(schedule=schedule, block=block, max_new_tokens=max_new_tokens)
             same = sum(decode(pair, p, config).token_ids == want for p, want in zip(prompts, ar))
@@ -54,7 +54,7 @@ def sampled_exactness(pair, samples: int, prompt: str = "7") -> list[dict]:
 
     ar = joint(DecodeConfig(schedule="ar", **base))
     rows = []
-    for schedule in schedules(pair):
+    for schedule in pair.kind.speculative:
         ours = joint(DecodeConfig(schedule=schedule, block=4, **base))
         keys = sorted(set(ar) | set(ours))
         pvalue = (

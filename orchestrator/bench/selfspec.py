@@ -12,11 +12,6 @@ from orchestrator.bench.decode import cell, config_table, decode_all
 from workloads.decoding import DecodeConfig
 
 
-def schedules(pair) -> tuple[str, ...]:
-    """The speculative schedules `pair` runs."""
-    return tuple(s for s in ("linear", "packed", "quadratic") if pair.kind.runs(s))
-
-
 def compare_schedules(
     pair,
     prompts: list[str],
@@ -32,7 +27,7 @@ def compare_schedules(
     of prompts on which it needed no more NFE than Linear."""
     configs = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
     for block in blocks:
-        for schedule in schedules(pair):
+        for schedule in pair.kind.speculative:
             configs[f"{schedule} B={block}"] = DecodeConfig(
                 schedule=schedule, block=block, max_new_tokens=max_new_tokens
             )

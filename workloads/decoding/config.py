@@ -11,6 +11,7 @@ from workloads.decoding.acceptance import RULES
 from workloads.decoding.sampling import point_mass
 
 SCHEDULES = ("ar", "diffusion", "linear", "packed", "quadratic")
+SPECULATIVE = ("linear", "packed", "quadratic")  # the schedules that draft and verify
 UNMASK = ("ltr", "confidence", "margin", "entropy", "random")
 VERIFY_ORDERS = ("ltr", "confidence")
 

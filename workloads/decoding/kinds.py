@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.batch import Batch
 from workloads.decoding.calls import CachedModel, Network
-from workloads.decoding.config import SCHEDULES, ConfigError, DecodeConfig
+from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, DecodeConfig
 from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
@@ -56,6 +56,11 @@ class PairKind:
     def runs(self, schedule: str) -> bool:
         return schedule in self.schedules
 
+    @property
+    def speculative(self) -> tuple[str, ...]:
+        """The schedules it runs that draft and verify."""
+        return tuple(s for s in SPECULATIVE if self.runs(s))
+
     def draft_width(self, block: int) -> int:
         """W, the tokens drafted per iteration at block size B."""
         return block
@@ -70,7 +75,7 @@ class PairKind:
             raise ConfigError(self.refusal(config.schedule))
         if config.verify_order != "ltr":
             raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
-        if config.schedule in ("linear", "packed", "quadratic") and config.block < self.min_block:
+        if config.schedule in SPECULATIVE and config.block < self.min_block:
             raise ConfigError(self.small_block)
 
     def refusal(self, schedule: str) -> str:
