@@ -106,12 +106,12 @@ def run(
     console.print(
         _table(f"frontier of {spec.name} ({len(rows)} trials; {time.time() - start:.0f} s)", spec, rows)
     )
-    uri = driver.tracking_uri
-    link = ui_link(uri if uri.startswith("http") else "http://127.0.0.1:5000", driver.tracker.experiment_id)
+    uri, recorder = driver.tracking_uri, driver.recorder
+    link = ui_link(uri if uri.startswith("http") else "http://127.0.0.1:5000", recorder.tracker.experiment_id)
     serve = "" if uri.startswith("http") else (
         f"serve it (make mlflow, or mlflow server --backend-store-uri {uri}), then ")
     console.print(f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
-                  f"{driver.parent_run}); browse: {serve}open {link}")
+                  f"{recorder.parent_run}); browse: {serve}open {link}")
     from orchestrator.analysis.timing import describe, timing_report
 
     for line in describe(timing_report(study)):

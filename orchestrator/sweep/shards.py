@@ -1,6 +1,6 @@
 """The shard queue: which worker decodes which shard, and what happens when one fails.
 
-Rules, in one place (the driver supplies the Ray calls, so they are testable without Ray):
+Rules, in one place (the executor supplies the Ray calls, so they are testable without Ray):
 - a job (a trial or a baseline) is split into shards; a shard already in the cache is done
   without decoding, a finished one is written to the cache (atomically, keyed by pair,
   config, prompts, task and control, so `--resume` never decodes it twice);
@@ -44,7 +44,7 @@ def split(n: int, workers: int, batch: int) -> list[tuple[int, int]]:
 
 
 class WorkerLost(Exception):
-    """The worker died under a call (raised by the driver's `fetch`)."""
+    """The worker died under a call (raised by `fetch`: `raycluster.fetch` in a sweep)."""
 
 
 class ShardFailed(Exception):
@@ -87,8 +87,9 @@ class ShardQueue:
         self.restarting: dict[int, object] = {}  # dead worker -> the probe that says it is back
 
     def cache_path(self, shard: Shard) -> Path:
-        key = json.dumps([shard.pair, shard.config, shard.indices, self.cache_salt]
-                         + ([shard.control] if shard.control else [])
+        # the configs' dict form, as the key has always held them, so earlier caches still match
+        key = json.dumps([shard.pair, shard.config.to_dict(), shard.indices, self.cache_salt]
+                         + ([shard.control.to_dict()] if shard.control else [])
                          + ([shard.batch_size] if shard.batch_size != 1 else []), sort_keys=True)
         return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 

@@ -49,9 +49,9 @@ def prompt_seed(sweep_seed: int, index: int) -> int:
 class Shard:
     trial: int  # Optuna trial number, or a negative id for baselines
     pair: str
-    config: dict  # DecodeConfig.to_dict()
+    config: DecodeConfig  # validated once, where the driver built it; Ray pickles it as it is
     indices: tuple[int, ...]
-    control: dict | None = None  # the `ar` baseline's DecodeConfig.to_dict(), timed beside the trial
+    control: DecodeConfig | None = None  # the `ar` baseline's config, timed beside the trial
     batch_size: int = 1  # prompts decoded together; a shard holds whole batches
 
 
@@ -126,8 +126,7 @@ class PairWorker:
         the control records (per batch: `index` its batch, `new_tokens`, `wall_s`, `at`: when
         it ran), how many untimed warm-up decodes preceded them, the Ray node and the GPU model."""
         pair = self._pair(shard.pair)
-        base = DecodeConfig.from_dict(shard.config)
-        control = DecodeConfig.from_dict(shard.control) if shard.control else None
+        base, control = shard.config, shard.control
         configs = [base] + ([control] if control else [])
         size = shard.batch_size
         warmup = self._warm_up(shard.pair, pair, configs, [p for _, p in items], size)

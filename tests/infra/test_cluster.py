@@ -114,7 +114,7 @@ def test_sweep_on_a_two_node_cluster_uses_both_nodes_and_matches_a_local_run(two
     spec = parse_spec(SPEC)
     remote = Driver(spec, yaml.safe_dump(SPEC), tmp_path / "remote", ray_address=two_nodes)
     remote.run()
-    assert len(remote.workers) == 4  # slots: auto found 2 + 2 gpu_slot
+    assert len(remote.executor.workers) == 4  # slots: auto found 2 + 2 gpu_slot
     remote_out, nodes = trial_outputs(remote)
     assert len(nodes) == 2  # shards ran on both nodes
     local_data = {**SPEC, "cluster": {"slots": 2, "resource": "gpu_slot"}}

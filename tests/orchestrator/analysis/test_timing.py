@@ -32,9 +32,9 @@ def throttle_during_baselines(driver: Driver, done: threading.Event, cycles: lis
     """Stop and continue the workers (SIGSTOP / SIGCONT) from their start until the driver's
     baselines are over, and not after: a neighbour that hogs the machine only while `ar` is
     timed. Counts its stop/continue cycles in `cycles`."""
-    while not done.is_set() and not getattr(driver, "worker_info", None):
+    while not done.is_set() and not (driver.executor and driver.executor.worker_info):
         time.sleep(0.001)
-    pids = [i["pid"] for i in getattr(driver, "worker_info", [])]
+    pids = [i["pid"] for i in (driver.executor.worker_info if driver.executor else [])]
     try:
         while not done.is_set() and not getattr(driver, "baselines_done", False):
             for pid in pids:

@@ -201,7 +201,7 @@ class KillWorker:
     def __call__(self, progress):
         if progress.finished >= 1 and not self.done:
             self.done = True
-            os.kill(self.driver.worker_info[0]["pid"], signal.SIGKILL)
+            os.kill(self.driver.executor.worker_info[0]["pid"], signal.SIGKILL)
 
 
 class KillBusyWorkers(threading.Thread):
@@ -214,11 +214,12 @@ class KillBusyWorkers(threading.Thread):
 
     def run(self):
         while not self.stop.is_set() and len(self.killed) < self.driver.spec.cluster.slots:
-            queue, progress = getattr(self.driver, "queue", None), getattr(self.driver, "progress", None)
+            executor, progress = self.driver.executor, self.driver.progress
+            queue = executor.queue if executor else None
             busy = [w for w, load in (queue.load.items() if queue else ()) if load == DEPTH
                     and w not in self.killed and w not in queue.restarting]
-            if progress and progress.finished >= 1 and progress.note != "baselines" and busy:
-                os.kill(self.driver.worker_info[busy[0]]["pid"], signal.SIGKILL)
+            if progress.finished >= 1 and progress.note != "baselines" and busy:
+                os.kill(executor.worker_info[busy[0]]["pid"], signal.SIGKILL)
                 self.killed.append(busy[0])
             time.sleep(0.01)
 
@@ -256,7 +257,7 @@ def test_killing_the_only_worker_waits_for_its_restart(tmp_path):
     trials = driver.study.get_trials()
     assert [t.state for t in trials].count(optuna.trial.TrialState.COMPLETE) == 3, [
         t.user_attrs.get("error") for t in trials]
-    assert driver.queue.restarting == {}
+    assert driver.executor.queue.restarting == {}
 
 
 def test_failing_trials_are_recorded_with_their_error_and_the_sweep_goes_on(tmp_path):

@@ -60,7 +60,7 @@ def queue(tmp_path, workers, serves=None):
 
 def job(shards=2, pair="toy"):
     return Job(f"trial:{shards}", "t", Candidate(pair, DecodeConfig()),
-               [Shard(0, pair, {"block": 4}, (2 * i, 2 * i + 1)) for i in range(shards)])
+               [Shard(0, pair, DecodeConfig(block=4), (2 * i, 2 * i + 1)) for i in range(shards)])
 
 
 def drain(q, limit=100):
@@ -195,5 +195,6 @@ def test_the_cache_key_holds_the_task_and_the_control(tmp_path):
     path, other = (ShardQueue({0: ["toy"]}, tmp_path, salt, None, None, None, None).cache_path
                    for salt in ("task-a", "task-b"))
     assert path(shard) != other(shard)
-    assert path(shard) != path(Shard(0, "toy", {"block": 4}, (0, 1), control={"schedule": "ar"}))
-    assert path(shard) == path(Shard(7, "toy", {"block": 4}, (0, 1)))  # the trial number is not in it
+    config, control = DecodeConfig(block=4), DecodeConfig(schedule="ar")
+    assert path(shard) != path(Shard(0, "toy", config, (0, 1), control=control))
+    assert path(shard) == path(Shard(7, "toy", config, (0, 1)))  # the trial number is not in it

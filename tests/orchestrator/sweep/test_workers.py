@@ -1,6 +1,8 @@
 """The worker body without Ray: warm-up once per process and pair, never timed or recorded;
 controls beside a trial's decodes."""
 
+import pickle
+
 import pytest
 
 from orchestrator.sweep import workers
@@ -8,8 +10,8 @@ from orchestrator.sweep.workers import WARMUP, PairWorker, Shard, control_positi
 from workloads.decoding import DecodeConfig
 from workloads.tasks import get_task
 
-TRIAL = DecodeConfig(schedule="linear", block=4, max_new_tokens=12).to_dict()
-AR = DecodeConfig(schedule="ar", max_new_tokens=12).to_dict()
+TRIAL = DecodeConfig(schedule="linear", block=4, max_new_tokens=12)
+AR = DecodeConfig(schedule="ar", max_new_tokens=12)
 
 
 @pytest.fixture
@@ -29,6 +31,18 @@ def decodes(monkeypatch):
 def items(n: int):
     examples = get_task("arith").examples(n=n, seed=0)
     return [(e, e.prompt) for e in examples]
+
+
+def test_a_shard_reaches_its_worker_with_its_configs_as_built(monkeypatch):
+    """Ray pickles a shard; its DecodeConfigs arrive equal and are not validated again."""
+    shard = Shard(0, "toy", TRIAL, (0, 1), control=AR)
+
+    def again(config):
+        raise AssertionError("validated again")
+
+    monkeypatch.setattr(DecodeConfig, "validate", again)
+    arrived = pickle.loads(pickle.dumps(shard))
+    assert arrived == shard and type(arrived.config) is DecodeConfig and type(arrived.control) is DecodeConfig
 
 
 def test_warm_up_runs_once_per_process_and_is_never_recorded(decodes):

@@ -1,0 +1,76 @@
+"""Running a sweep's jobs: one Ray actor per worker slot holding its pairs (`workers`), and
+the shard queue that hands them shards, retries and caches (`shards`). A shard crosses to
+its worker as it is, its `DecodeConfig`s included, with the examples and formatted prompts
+of its indices.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ray
+
+from orchestrator.sweep import raycluster
+from orchestrator.sweep.shards import Job, ShardQueue
+from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.workers import Shard, start_workers
+from workloads.tasks import Example
+
+
+class Executor:
+    """The workers of one session (started by the constructor, on a Ray already up) and the
+    jobs in flight on them."""
+
+    def __init__(self, spec: SweepSpec, serves: dict[int, list[str]], examples: list[Example],
+                 prompts: dict[str, dict[int, str]], cache: Path):
+        self.examples = {e.index: e for e in examples}  # prompt index -> example, scored by the worker
+        self.prompts = prompts  # pair -> prompt index -> the prompt that pair decodes
+        envs = {p.name: p.runtime_env for p in spec.pairs}
+        pairs = {p.name: p.load_spec() for p in spec.pairs}
+        # a pair's runtime_env applies only to a worker that serves that pair alone
+        self.workers = start_workers([envs[ns[0]] if len(ns) == 1 else None for ns in serves.values()],
+                                     spec.cluster.resource, pairs, spec.task.name, spec.search.seed)
+        self.loading = [w.load.remote(serves[i]) for i, w in enumerate(self.workers)]  # awaited by `ready`
+        self.worker_info: list[dict] = []  # per worker: node, pid, GPU, hardware; filled by `ready`
+        # cached shards are keyed by the task too, so another task's never match
+        self.queue = ShardQueue(serves, cache, json.dumps(spec.task.model_dump()), submit=self._submit,
+                                wait=raycluster.wait, fetch=raycluster.fetch,
+                                probe=lambda w: self.workers[w].info.remote())
+        self.jobs: dict[str, Job] = {}  # in flight, by key
+
+    def ready(self) -> list[dict]:
+        """Wait until every worker has loaded its pairs; returns what each runs on."""
+        try:
+            ray.get(self.loading)
+        except ray.exceptions.RayTaskError as err:
+            if isinstance(err.cause, ValueError):  # a pair found bad as it loads: its one-line error
+                raise err.cause from None
+            raise
+        self.worker_info = ray.get([w.info.remote() for w in self.workers])
+        return self.worker_info
+
+    def _submit(self, worker: int, shard: Shard):
+        prompts = self.prompts[shard.pair]
+        return self.workers[worker].run.remote(shard, [(self.examples[x], prompts[x]) for x in shard.indices])
+
+    def run(self, job: Job) -> None:
+        """Put a job (or a racing trial's next rung) in flight; its cached shards are done."""
+        self.jobs[job.key] = job
+        self.queue.add(job)
+
+    def cached(self) -> list[Job]:
+        """Jobs in flight that the cache completed without decoding."""
+        return [j for j in self.jobs.values() if j.done]
+
+    def step(self) -> list[Job]:
+        """Hand pending shards to free workers and wait up to a second for results; returns
+        the jobs that completed or failed."""
+        self.queue.dispatch()
+        return self.queue.collect(timeout=1.0)
+
+    def drop(self) -> list[Job]:
+        """Forget every job in flight (a sweep stopping); returns them."""
+        jobs = list(self.jobs.values())
+        self.jobs.clear()
+        return jobs

@@ -1,0 +1,153 @@
+"""What a sweep runs next: its baselines, its trials (Optuna's asks, never a configuration
+measured already) and, for each, the shards its prompts are split into; when a trial
+races, whether it goes on to the next rung. The planner decides and records its decisions
+on the study; it runs nothing (`execute`) and scores nothing (`record`).
+
+Prompts are decoded in one order for the whole sweep: the task's, or under racing the
+race's (`analysis.racing.race_order`), since a rung is a prefix of that order and must sample
+the prompts uniformly. A trial's shards also carry the `ar` baseline's config, timed beside
+the trial so its speed ratio compares like with like.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import optuna
+
+from orchestrator.analysis.racing import race_order
+from orchestrator.stored import baseline_key
+from orchestrator.sweep.outcome import shard_records
+from orchestrator.sweep.race import Race, Rung, law
+from orchestrator.sweep.record import Progress
+from orchestrator.sweep.search import ask_untried, finished_trials, guided_start, remaining_grid, tried_keys
+from orchestrator.sweep.shards import Job, split
+from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, grid, params_key
+from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.workers import Shard
+from workloads.decoding import is_exact
+from workloads.tasks import Example
+
+
+def decoding_order(spec: SweepSpec, examples: list[Example]) -> list[Example]:
+    """The task's examples in the order a sweep decodes them: the race's order when the
+    sweep races (rungs are prefixes, and each must sample the prompts uniformly)."""
+    if not spec.search.racing:
+        return examples
+    by_index = {e.index: e for e in examples}
+    return [by_index[i] for i in race_order(list(by_index), spec.search.seed)]
+
+
+class Planner:
+    """The jobs a sweep runs, in order; `progress.target` is the number of trials it aims
+    for, cut when the grid (or the whole space) holds fewer."""
+
+    def __init__(self, spec: SweepSpec, study: optuna.Study, indices: list[int], serves: dict[int, list[str]],
+                 progress: Progress):
+        self.spec, self.study, self.progress = spec, study, progress
+        self.indices = indices  # prompt indices in decoding order
+        self.serves = serves  # worker -> the pairs it serves: a job's shards go one per eligible worker
+        self.race = Race(spec, len(indices)) if spec.search.racing else None
+        if self.race is not None:
+            self.race.load(self.study)  # rivals finished or stopped by earlier sessions
+        # built once, here: every trial shard carries this same config to its worker
+        self.control = baseline_config(spec, "ar") if "ar" in spec.baselines else None
+        self.planned: list[dict] | None = None  # grid sampler: grid points not enqueued yet, in order
+
+    @cached_property
+    def space(self) -> list[dict]:
+        """Every point of the space (`space.grid`), built only when a plan needs it: a
+        guided start, the grid sampler, or a duplicate proposal to replace."""
+        return grid(self.spec)
+
+    # -- jobs and shards ---------------------------------------------------------------------
+
+    def job(self, key: str, label: str, candidate: Candidate, trial: optuna.Trial | None = None) -> Job:
+        """A job over every prompt, or over the first rung's when the trial races."""
+        count = self.race.first() if self.race is not None and trial is not None else len(self.indices)
+        return Job(key, label, candidate, self.shards(candidate, trial, 0, count), trial)
+
+    def shards(self, candidate: Candidate, trial: optuna.Trial | None, start: int, end: int) -> list[Shard]:
+        """Shards of the prompts start..end-1 (decoding order), one per eligible worker, each
+        of whole batches; a trial's carry the `ar` control."""
+        eligible = [w for w, names in self.serves.items() if candidate.pair in names]
+        indices = self.indices[start:end]
+        control = self.control if trial is not None else None
+        number = trial.number if trial is not None else -1
+        size = candidate.batch_size
+        return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size)
+                for a, b in split(len(indices), len(eligible), size)]
+
+    def baselines(self) -> list[Job]:
+        """One job per pair, baseline schedule the pair runs, and batch size."""
+        jobs = []
+        for pair in self.spec.pairs:
+            kind = self.spec.pair_kinds[pair.name]
+            for schedule in [s for s in self.spec.baselines if kind.runs(s)]:
+                for size in batch_sizes(self.spec):
+                    at = f" at batch size {size}" if size > 1 else ""
+                    label = f"{pair.name} {schedule} baseline{at}"
+                    candidate = Candidate(pair.name, baseline_config(self.spec, schedule), size)
+                    jobs.append(self.job(baseline_key(pair.name, schedule, size), label, candidate))
+        return jobs
+
+    # -- trials ------------------------------------------------------------------------------
+
+    def start_trials(self) -> None:
+        """Before the first trial: a guided start's enqueued points, or the grid still to run
+        (the target shrinks to what it holds)."""
+        if self.spec.search.guide and self.spec.search.sampler != "grid" and not finished_trials(self.study):
+            for params in guided_start(self.spec, self.space, tried_keys(self.study), self.progress.target):
+                self.study.enqueue_trial(params)
+        if self.spec.search.sampler == "grid":
+            self.planned, waiting = remaining_grid(self.study, self.space)
+            left = self.progress.finished + len(self.planned) + waiting
+            self.progress.target = min(self.progress.target, left)
+
+    def next_trials(self, in_flight: int) -> list[Job]:
+        """New trials, up to `search.parallel` in flight and no more than the target; when the
+        space holds no untried configuration the target becomes what has started."""
+        jobs: list[Job] = []
+        started = self.progress.finished + in_flight
+        while in_flight + len(jobs) < self.spec.search.parallel and started < self.progress.target:
+            waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+            if self.planned is not None and not waiting:
+                if not self.planned:
+                    break
+                self.study.enqueue_trial(self.planned.pop(0))
+            job = self._ask()
+            if job is None:
+                self.progress.target = self.progress.finished + in_flight + len(jobs)
+                break
+            jobs.append(job)
+            started += 1
+        return jobs
+
+    def _ask(self) -> Job | None:
+        """The next trial, on a configuration not measured yet (`ask_untried`); None when the
+        whole space has been tried."""
+        asked = ask_untried(self.study, self.spec, lambda key, number: key in tried_keys(self.study, number),
+                            lambda: [p for p in self.space if params_key(p) not in tried_keys(self.study)])
+        if asked is None:
+            return None
+        trial, candidate = asked
+        trial.set_user_attr("pair", candidate.pair)
+        trial.set_user_attr("config", candidate.config.to_dict())
+        trial.set_user_attr("batch_size", candidate.batch_size)
+        trial.set_user_attr("exact", is_exact(candidate.config))
+        return self.job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
+
+    def after(self, job: Job) -> Rung:
+        """What a trial does once its shards are in: go on to the next rung (its new prompts
+        added to the job as shards), stop, or finish. Only a racing trial that decoded
+        without error can do more than finish; one that stops or finishes leaves its
+        per-prompt columns on the study for the races of later sessions."""
+        if self.race is None or job.error is not None:
+            return Rung()
+        records = shard_records(list(job.results.values()))
+        rung = self.race.after(job.trial.number, records, law(job.candidate.pair, job.candidate.config))
+        if rung.next is not None:
+            job.shards += self.shards(job.candidate, job.trial, len(records), rung.next)
+        else:
+            self.race.keep(job.trial, records)
+        return rung
