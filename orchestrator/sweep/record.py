@@ -93,8 +93,8 @@ class Recorder:
     def _log(self, job: Job, metrics: dict, tags: dict, records: list[dict], status: str) -> None:
         pair = job.candidate.pair
         table = [{**r, "prompt": self.prompts[pair][r["index"]]} for r in records]
-        self.tracker.log_trial(trial_log(self.spec, self.parent_run, self.spec.pair_kinds[pair], job, metrics,
-                                         tags, table, status))
+        kind = self.spec.pair_kinds[pair].name
+        self.tracker.log_trial(trial_log(self.spec, self.parent_run, kind, job, metrics, tags, table, status))
 
     def finish_baseline(self, job: Job) -> None:
         """Keep a baseline's records and log it once (an earlier session may have); raise
