@@ -16,7 +16,7 @@ from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.drafting import DraftSettings, diffusion_draft
 from workloads.decoding.engine import decode, verifier_vocab
-from workloads.models.pair import Pair
+from workloads.decoding.kinds import Pair
 
 
 @torch.inference_mode()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,12 +19,9 @@ from workloads.decoding.batch import Batch, run_rows
 from workloads.decoding.calls import Meter, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import DraftSettings
-from workloads.decoding.kinds import least_positions
+from workloads.decoding.kinds import Pair, least_positions
 from workloads.decoding.output import Output
 from workloads.decoding.state import DecodeState
-
-if TYPE_CHECKING:
-    from workloads.models.pair import Pair
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
                 "accepted", "drafted", "exact", "stop_reason")

@@ -19,7 +19,7 @@ those that depend on the loaded networks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.batch import Batch
@@ -31,10 +31,17 @@ from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, specu
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
 
-if TYPE_CHECKING:
-    from workloads.models.pair import Pair
-
 Program = Callable[[], None]  # one row's schedule loop, run to its end
+
+
+class Pair(Protocol):
+    """A loaded pair as decoding sees it (`workloads.models.pair` builds them; decoding never
+    loads): its networks are its kind's to name (`kind.models`)."""
+
+    name: str
+    tokenizer: object  # the verifier's PreTrainedTokenizerBase
+    profile: object  # its models.profiles.DiffusionProfile
+    kind: PairKind
 
 
 class PairKind:
