@@ -60,18 +60,33 @@ def run(
 ) -> None:
     """Run a sweep: baselines, then trials on Ray workers, tracked in MLflow."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.driver import Driver
-    from orchestrator.sweep.runs import ui_link
     from orchestrator.sweep.specfile import load_spec
-    from orchestrator.sweep.tracking import trial_run_ids
 
     if resume and fresh:
         raise ValueError("--resume, --fresh: give one of them")
     spec = load_spec(spec_path)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    bar, show = _progress_bar(console, spec)
+    driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)
+    start = time.time()
+    driver.prepare(resume=resume, fresh=fresh)
+    try:
+        with bar:
+            study = driver.run()
+    except KeyboardInterrupt:
+        console.print(
+            f"interrupted: trials in flight marked failed; continue with specsweep run {spec_path} --resume"
+        )
+        raise typer.Exit(130) from None
+    _report(console, spec, driver, study, time.time() - start)
+
+
+def _progress_bar(console, spec):
+    """The sweep's progress bar, and the callback the driver updates it through."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     bar = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -91,29 +106,24 @@ def run(
             frontier=p.frontier, note=p.note
         )
 
-    driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)
-    start = time.time()
-    driver.prepare(resume=resume, fresh=fresh)
-    try:
-        with bar:
-            study = driver.run()
-    except KeyboardInterrupt:
-        console.print(
-            f"interrupted: trials in flight marked failed; continue with specsweep run {spec_path} --resume"
-        )
-        raise typer.Exit(130) from None
+    return bar, show
+
+
+def _report(console, spec, driver, study, seconds: float) -> None:
+    """After a sweep: its frontier, where its MLflow runs are, the timing of its controls."""
+    from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.analysis.timing import describe, timing_report
+    from orchestrator.sweep.runs import ui_link
+    from orchestrator.sweep.tracking import trial_run_ids
+
     rows = frontier_rows(spec, study, trial_run_ids(study))
-    console.print(
-        _table(f"frontier of {spec.name} ({len(rows)} trials; {time.time() - start:.0f} s)", spec, rows)
-    )
+    console.print(_table(f"frontier of {spec.name} ({len(rows)} trials; {seconds:.0f} s)", spec, rows))
     uri, recorder = driver.tracking_uri, driver.recorder
     link = ui_link(uri if uri.startswith("http") else "http://127.0.0.1:5000", recorder.tracker.experiment_id)
     serve = "" if uri.startswith("http") else (
         f"serve it (make mlflow, or mlflow server --backend-store-uri {uri}), then ")
     console.print(f"MLflow: {uri} (experiment {spec.tracking.experiment or spec.name}, parent run "
                   f"{recorder.parent_run}); browse: {serve}open {link}")
-    from orchestrator.analysis.timing import describe, timing_report
-
     for line in describe(timing_report(study)):
         console.print(line)
     if driver.progress.note:
