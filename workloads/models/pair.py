@@ -43,6 +43,8 @@ class PairError(ValueError):
 
 @dataclass(frozen=True)
 class TwoModelPair:
+    """A drafter network and a verifier network."""
+
     name: str
     drafter: PreTrainedModel
     verifier: PreTrainedModel
@@ -61,15 +63,10 @@ class SelfPair:
 
 
 @dataclass(frozen=True)
-class DFlashPair:
+class DFlashPair(TwoModelPair):
     """A target-conditioned drafter (`dflash.model.DFlashDraftModel`) over its verifier:
     the drafter reads the verifier's hidden states and uses its embeddings and LM head."""
 
-    name: str
-    drafter: PreTrainedModel
-    verifier: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-    profile: DiffusionProfile
     kind: ClassVar[PairKind] = DFLASH
 
 
