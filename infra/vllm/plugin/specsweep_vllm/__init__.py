@@ -1,0 +1,67 @@
+"""specsweep's vLLM plugin, loaded by vLLM in every process it starts (entry point
+`vllm.general_plugins`).
+
+It checks one kernel defect and works around it only where the installed vLLM has it: the
+CPU `rms_norm` kernel normalises every row of a 2-D weight with row 0 (the CUDA kernel
+selects the weight row by the input's outermost index). DFlash drafters normalise the context
+K of all their layers in one call with the stacked per-layer k_norm weights
+(`_normalize_context_k`), so on CPU every drafter with more than one layer drafts with layer
+0's norm. Where the check finds the defect, `_normalize_context_k` calls the kernel once per
+layer with that layer's weight, which is what the stacked call means. Whether it did is
+written as JSON to the file `SPECSWEEP_VLLM_REPORT` names, for the run to log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+# vLLM's DFlash drafter models whose context-K norm stacks the layers' weights
+DFLASH_MODULES = ("qwen3_dflash", "laguna_dflash")
+
+
+def row_zero_defect() -> bool:
+    """Whether `ops.rms_norm` with a 2-D weight (L, D) normalises layer l with row 0 instead
+    of row l: input (L, 1, 1, D) of ones, weight rows 1 and 2; a right kernel gives rows of
+    1s and 2s (D = 16: the CPU kernel works on vectors of 8 or 16 elements)."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    x = torch.ones(2, 1, 1, 16)
+    weight = torch.tensor([[1.0] * 16, [2.0] * 16])
+    out = torch.empty_like(x)
+    ops.rms_norm(out, x, weight, 1e-6)
+    return bool(torch.allclose(out[1], torch.ones_like(out[1]), atol=1e-3))  # layer 1 got row 0
+
+
+def per_layer(self, all_k):
+    """`_normalize_context_k`, one kernel call per layer l with its weight row l."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    out = torch.empty_like(all_k)
+    for layer in range(all_k.shape[0]):
+        ops.rms_norm(out[layer], all_k[layer].contiguous(), self._k_norm_weights[layer].contiguous(),
+                     self._rms_norm_eps)
+    return out
+
+
+def register() -> None:
+    import importlib
+
+    from vllm.platforms import current_platform
+
+    defect = current_platform.is_cpu() and row_zero_defect()
+    patched = []
+    if defect:
+        for name in DFLASH_MODULES:
+            module = importlib.import_module(f"vllm.model_executor.models.{name}")
+            for cls in vars(module).values():  # classes defined there (not imported) that stack the norm
+                if isinstance(cls, type) and cls.__module__ == module.__name__ \
+                        and "_normalize_context_k" in vars(cls):
+                    cls._normalize_context_k = per_layer
+                    patched.append(f"{name}.{cls.__name__}")
+    report = os.environ.get("SPECSWEEP_VLLM_REPORT")
+    if report:
+        with open(report, "w") as f:
+            json.dump({"rms_norm_row_zero_defect": defect, "patched": patched}, f)

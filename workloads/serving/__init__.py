@@ -1,0 +1,1 @@
+"""Serving engines: vLLM run as users serve it, an OpenAI server driven by concurrent streams."""

@@ -1,0 +1,63 @@
+"""ServingConfig: what one measurement in a serving engine sets, validated with one-line errors.
+
+vLLM verifies losslessly and drafts one pass per verification, so its space is the speculative
+`method`, `num_speculative_tokens` and the verifier's sampling; `concurrency` (requests in
+flight) is what batch size means there. Settings of specsweep's own engine (K > 1, τ, lenient
+rules, packed, self schedules) have no vLLM setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
+
+
+class ServingError(ValueError):
+    """An invalid serving configuration, or an engine that cannot serve it; names the field."""
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    method: str = "none"
+    num_speculative_tokens: int = 0  # drafts per verification (0 under method none)
+    temperature: float = 0.0
+    max_new_tokens: int = 64
+    concurrency: int = 1  # requests in flight
+    seed: int = 0
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, list | str):
+            object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
+        if self.method not in METHODS:
+            raise ServingError(f"method: must be one of {', '.join(METHODS)}; got {self.method!r}")
+        drafts = self.num_speculative_tokens
+        if not isinstance(drafts, int) or drafts < 0 or (drafts == 0) != (self.method == "none"):
+            raise ServingError(f"num_speculative_tokens: an integer >= 1 with a method, 0 under method none; "
+                               f"got {drafts!r} with method {self.method}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float) or not (
+                math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ServingError(f"temperature: must be a finite number >= 0; got {self.temperature!r}")
+        for name in ("max_new_tokens", "concurrency"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ServingError(f"{name}: must be an integer >= 1; got {getattr(self, name)!r}")
+
+    def speculative_config(self, drafter: str | None) -> dict | None:
+        """vLLM's `speculative_config` for this method over `drafter` (a path or hub id; ngram
+        and none take none)."""
+        if self.method == "none":
+            return None
+        config: dict = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.method == "ngram":
+            return {**config, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+        if drafter is None:
+            raise ServingError(f"method: {self.method} needs a drafter; this pair has none")
+        return {**config, "model": drafter}
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["stop"] = list(self.stop)
+        return out

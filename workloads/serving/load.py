@@ -1,0 +1,77 @@
+"""Load on a serving engine as `vllm bench serve` drives it: every prompt a streamed completion,
+`concurrency` requests in flight, each timed at the client from its request to its first
+token (TTFT) and to its last (end-to-end latency)."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import requests
+
+from workloads.serving.config import ServingConfig, ServingError
+from workloads.serving.vllm import Counters, VllmServer
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request: the tokens it streamed back (stop and special tokens included), their
+    text, its time to first token and end-to-end latency, why it ended, and, when requests
+    went one at a time, its own spec-decode counters."""
+
+    token_ids: list[int]
+    text: str
+    ttft_s: float
+    wall_s: float
+    finish_reason: str
+    counters: Counters | None = None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: (latency − TTFT) / (tokens − 1)."""
+        n = len(self.token_ids)
+        return (self.wall_s - self.ttft_s) / (n - 1) if n > 1 else None
+
+
+def _stream(server: VllmServer, prompt: list[int], config: ServingConfig) -> Served:
+    body = {"model": server.settings.model, "prompt": prompt, "max_tokens": config.max_new_tokens,
+            "temperature": config.temperature, "seed": config.seed, "stop": list(config.stop),
+            "stream": True, "return_token_ids": True, "skip_special_tokens": False}
+    tokens: list[int] = []
+    text, finish, first = [], "length", None
+    began = time.perf_counter()
+    with requests.post(f"{server.url}/v1/completions", json=body, stream=True, timeout=600) as response:
+        if response.status_code != 200:
+            raise ServingError(f"engine: vllm refused a request ({response.status_code}): "
+                               f"{response.text[:200]}")
+        for line in response.iter_lines():
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            for choice in json.loads(line[6:])["choices"]:
+                if choice.get("token_ids") and first is None:
+                    first = time.perf_counter() - began
+                tokens += choice.get("token_ids") or []
+                text.append(choice.get("text") or "")
+                finish = choice.get("finish_reason") or finish
+    wall = time.perf_counter() - began
+    return Served(tokens, "".join(text), wall if first is None else first, wall, finish)
+
+
+def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> tuple[list[Served], float]:
+    """Each prompt (token ids) served, in order, with `config.concurrency` requests in flight;
+    and the wall time of the load. At concurrency 1 each request also carries its own
+    spec-decode counters, read between requests, so the load's wall time is the sum of the
+    requests' latencies (the reads are not load)."""
+    if config.concurrency == 1:
+        served = []
+        for prompt in prompts:
+            before = server.counters()
+            one = _stream(server, prompt, config)
+            served.append(Served(**{**one.__dict__, "counters": server.counters() - before}))
+        return served, sum(s.wall_s for s in served)
+    began = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+        served = list(pool.map(lambda p: _stream(server, p, config), prompts))
+    return served, time.perf_counter() - began

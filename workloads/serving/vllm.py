@@ -1,0 +1,164 @@
+"""A vLLM OpenAI server as a subprocess of its own venv (`make vllm`), started with one
+verifier and one `speculative_config` and kept while the engine settings stay the same.
+
+Why a server process and not an in-process `LLM`: users serve through `vllm serve`, whose
+scheduler batches the requests in flight, so time to first token, time per output token and
+throughput at a concurrency are only honest measured at its API, from concurrent streams (as
+`vllm bench serve` does); and vLLM pins transformers < 5.20, so it lives in a venv of its
+own, which a subprocess keeps apart from the project's. The project's vLLM plugin
+(infra/vllm/plugin) checks vLLM's kernels in every process the server starts and reports
+what it worked around (`report`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from workloads.serving.config import ServingError
+
+ROOT = Path(__file__).resolve().parents[2]
+# CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache, no
+# thread pinning (workers share the machine's cores)
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+QUIET_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def vllm_python() -> Path:
+    """The vLLM venv's interpreter: $SPECSWEEP_VLLM_PYTHON, else .venv-vllm of the checkout."""
+    path = Path(os.environ.get("SPECSWEEP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    if not path.is_file():
+        raise ServingError(f"engine: vllm is not set up ({path} is missing); run `make vllm`, or set "
+                           "SPECSWEEP_VLLM_PYTHON to a Python with vllm and infra/vllm/plugin installed")
+    return path
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What a server starts with; a measurement with other settings restarts it."""
+
+    model: str  # the verifier: a local path or hub id
+    speculative: str | None  # vLLM's speculative_config, as JSON
+    dtype: str = "float32"
+    max_model_len: int | None = None
+
+    def arguments(self) -> list[str]:
+        args = ["--model", self.model, "--dtype", self.dtype, "--enforce-eager"]
+        if self.speculative is not None:
+            args += ["--speculative-config", self.speculative]
+        if self.max_model_len is not None:
+            args += ["--max-model-len", str(self.max_model_len)]
+        return args
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VllmServer:
+    """One vLLM OpenAI server on a loopback port; `start` waits until it serves."""
+
+    def __init__(self, settings: EngineSettings, log_dir: Path | None = None):
+        self.settings = settings
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = Path(tempfile.mkdtemp(prefix="vllm-", dir=log_dir))
+        self.log = self.dir / "server.log"
+        self.process: subprocess.Popen | None = None
+        self.report: dict = {}
+        self.start_s = 0.0
+
+    def start(self, timeout: float = 600) -> float:
+        """Start the server and wait for /health; the seconds it took. ServingError with the
+        log's last line when it exits or does not come up."""
+        env = {**os.environ, **CPU_ENV, **QUIET_ENV, "SPECSWEEP_VLLM_REPORT": str(self.dir / "report.json")}
+        command = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+                   "--port", str(self.port), *self.settings.arguments()]
+        began = time.perf_counter()
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        while time.perf_counter() - began < timeout:
+            if self.process.poll() is not None:
+                raise ServingError(f"engine: vllm exited ({self.process.returncode}) while starting: "
+                                   f"{self._last_error()} (log: {self.log})")
+            if self._healthy():
+                self.start_s = time.perf_counter() - began
+                report = self.dir / "report.json"
+                self.report = json.loads(report.read_text()) if report.is_file() else {}
+                return self.start_s
+            time.sleep(0.5)
+        self.stop()
+        raise ServingError(f"engine: vllm did not serve within {timeout:.0f} s (log: {self.log})")
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def _last_error(self) -> str:
+        lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line]
+        return (errors or lines or ["no output"])[-1][:300]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, 15)  # the server and the engine processes it started
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, 9)
+                self.process.wait()
+        self.process = None
+
+    def counters(self) -> Counters:
+        """The spec-decode counters now (Prometheus text at /metrics)."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
+            return Counters.parse(response.read().decode())
+
+
+_SAMPLE = re.compile(r'^vllm:spec_decode_(\w+)_total\{([^}]*)\} ([0-9.eE+-]+)$', re.M)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """vLLM's spec-decode counters, by specsweep's names: `iterations` (drafts: one per
+    verification of a request), `drafted` (draft tokens), `accepted` (accepted draft tokens)
+    and `accepted_per_pos` (accepted tokens at each draft position)."""
+
+    iterations: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Counters:
+        totals: dict[str, float] = {}
+        positions: dict[int, float] = {}
+        for name, labels, value in _SAMPLE.findall(text):
+            position = re.search(r'position="(\d+)"', labels)
+            if name == "num_accepted_tokens_per_pos" and position:
+                positions[int(position.group(1))] = positions.get(int(position.group(1)), 0) + float(value)
+            else:
+                totals[name] = totals.get(name, 0) + float(value)
+        per_pos = tuple(int(positions[i]) for i in sorted(positions))
+        return cls(int(totals.get("num_drafts", 0)), int(totals.get("num_draft_tokens", 0)),
+                   int(totals.get("num_accepted_tokens", 0)), per_pos)
+
+    def __sub__(self, before: Counters) -> Counters:
+        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        pad = lambda c: c.accepted_per_pos + (0,) * (width - len(c.accepted_per_pos))  # noqa: E731
+        return Counters(self.iterations - before.iterations, self.drafted - before.drafted,
+                        self.accepted - before.accepted, tuple(a - b for a, b in zip(pad(self), pad(before))))
