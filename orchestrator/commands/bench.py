@@ -256,3 +256,35 @@ def batch_bench(
     rows = batch.batch_comparison(_load(pair, threads), arith(n)[0], sizes, max_new_tokens,
                                   None if as_json else lambda line: typer.echo(line, err=True))
     _show(_json(rows) if as_json else batch.table(rows, pair, n, threads))
+
+
+@app.command("serve")
+@user_errors
+def serve_bench(
+    pair: str = typer.Option("toy-dflash", help="Pair (bundled name)."),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", help="Requests in flight (batch sizes)."),
+    methods: str = typer.Option("ngram,dflash", "--methods", help="vLLM speculative methods."),
+    k: str = typer.Option("1,3,5,7", "--k", help="num_speculative_tokens values."),
+    n: int = typer.Option(32, "--n", min=1, help="arith test prompts."),
+    max_new_tokens: int = typer.Option(48),
+    threads: int = THREADS,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The pair in vLLM (`make vllm`) and in specsweep's engine, per concurrency, in one run:
+    each vLLM setting against vLLM without speculation served right after it at the same
+    concurrency; specsweep's linear K = 1 at the same draft widths against `ar`, interleaved."""
+    from orchestrator.bench import serving
+    from orchestrator.bench.batch import parse_sizes
+    from orchestrator.bench.decode import arith
+    from workloads.models.pair import BUNDLED
+
+    sizes = parse_sizes(concurrency)
+    widths = parse_sizes(k)
+    loaded = _load(pair, threads)
+    prompts = arith(n)[0]
+    ids = [loaded.tokenizer(p).input_ids for p in prompts]
+    say = None if as_json else lambda line: typer.echo(line, err=True)
+    rows = serving.vllm_rows(BUNDLED[pair], ids, [(m, w) for m in methods.split(",") for w in widths], sizes,
+                             max_new_tokens, say)
+    rows += serving.specsweep_rows(loaded, prompts, widths, sizes, max_new_tokens, say)
+    _show(_json(rows) if as_json else serving.table(rows))

@@ -1,0 +1,136 @@
+"""Speculation where users serve it: a pair in vLLM and in specsweep's engine, per concurrency.
+
+vLLM: one server per engine setting (method, num_speculative_tokens) and one without
+speculation, resident beside it for the whole run; at each concurrency the setting serves
+every prompt, then the unspeculative server serves them at the same concurrency, so each
+ratio compares two loads timed back to back. specsweep: at each batch size, `ar` and the
+pair's `linear` K = 1 at each draft width, batch by batch, interleaved. Speed is Σ output
+tokens / wall time of the load; latencies are per request (TTFT, TPOT, end to end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Callable
+
+from workloads.decoding import DecodeConfig, decode_batch
+from workloads.models.pair import Pair
+from workloads.serving.config import ServingConfig
+from workloads.serving.load import Served, serve
+from workloads.serving.vllm import EngineSettings, VllmServer
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile of `values` by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def load_metrics(served: list[Served], wall: float) -> dict:
+    """throughput_tps = Σ tokens / wall; per request tok/s = mean of tokens / latency; TTFT,
+    TPOT (mean) and latency (mean, p50, p90, p99); the counters summed where known."""
+    latency = [s.wall_s for s in served]
+    tpot = [s.tpot_s for s in served if s.tpot_s is not None]
+    out = {"throughput_tps": sum(len(s.token_ids) for s in served) / wall,
+           "request_tps": statistics.mean(len(s.token_ids) / s.wall_s for s in served),
+           "ttft_s": statistics.mean(s.ttft_s for s in served),
+           "tpot_s": statistics.mean(tpot) if tpot else None,
+           "latency_s": statistics.mean(latency)}
+    out.update({f"latency_p{q}_s": percentile(latency, q / 100) for q in (50, 90, 99)})
+    return out
+
+
+def _server(verifier: str, config: ServingConfig, drafter: str | None) -> VllmServer:
+    speculative = config.speculative_config(drafter)
+    server = VllmServer(EngineSettings(verifier, None if speculative is None else json.dumps(speculative)))
+    server.start()
+    return server
+
+
+def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]], concurrencies: list[int],
+              max_new_tokens: int, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """One row per (method, K, concurrency) of vLLM: load_metrics, the start time of its
+    server, and `throughput_ratio` against no speculation served right after it."""
+    rows = []
+    base = _server(refs["verifier"], ServingConfig(max_new_tokens=max_new_tokens), None)
+    try:
+        for method, k in settings:
+            config = ServingConfig(method=method, num_speculative_tokens=k, max_new_tokens=max_new_tokens)
+            server = _server(refs["verifier"], config, refs.get("drafter"))
+            try:
+                for c in concurrencies:
+                    served, wall = serve(server, ids, dataclasses.replace(config, concurrency=c))
+                    plain, plain_wall = serve(base, ids, ServingConfig(max_new_tokens=max_new_tokens,
+                                                                       concurrency=c))
+                    metrics = load_metrics(served, wall)
+                    rows.append({"engine": "vllm", "method": method, "k": k, "concurrency": c,
+                                 "start_s": server.start_s, **metrics,
+                                 "throughput_ratio": metrics["throughput_tps"]
+                                 / load_metrics(plain, plain_wall)["throughput_tps"],
+                                 "workaround": bool(server.report.get("patched"))})
+                    if progress:
+                        progress(f"vllm {method} K={k} concurrency {c}: "
+                                 f"{metrics['throughput_tps']:.0f} tok/s")
+            finally:
+                server.stop()
+    finally:
+        base.stop()
+    return rows
+
+
+def specsweep_rows(pair: Pair, prompts: list[str], widths: list[int], sizes: list[int], max_new_tokens: int,
+                   progress: Callable[[str], None] | None = None) -> list[dict]:
+    """One row per (draft width K, batch size) of specsweep's engine: `linear` K = 1 at the
+    block that drafts K tokens, its tokens/s and `throughput_ratio` against `ar`, batch by
+    batch, interleaved."""
+    configs = {0: DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
+    for k in widths:
+        block = next(b for b in range(1, k + 2) if pair.kind.draft_width(b) == k)
+        configs[k] = DecodeConfig(schedule="linear", block=block, steps=1, max_new_tokens=max_new_tokens)
+    rows = []
+    for size in sizes:
+        totals = {k: [0, 0.0] for k in configs}
+        for start in range(0, len(prompts), size):
+            for k, config in configs.items():
+                done = decode_batch(pair, prompts[start:start + size], config)
+                totals[k][0] += sum(r.new_tokens for r in done.results)
+                totals[k][1] += done.wall_s
+        ar = totals[0][0] / totals[0][1]
+        for k in widths:
+            tps = totals[k][0] / totals[k][1]
+            rows.append({"engine": "specsweep", "method": pair.kind.name, "k": k, "concurrency": size,
+                         "throughput_tps": tps, "throughput_ratio": tps / ar})
+        if progress:
+            progress(f"specsweep batch {size}: done")
+    return rows
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Per engine and concurrency: the best method and K by tokens/s, its ratio against no
+    speculation (vLLM) or `ar` (specsweep), and its latencies; then every vLLM row."""
+    lines = [f"{'engine':<9} {'conc':>4} {'best':>12} {'tok/s':>8} {'vs none':>7} {'TTFT ms':>8} "
+             f"{'TPOT ms':>8} {'p50 ms':>7} {'p99 ms':>7}"]
+    for engine in ("vllm", "specsweep"):
+        for c in sorted({r["concurrency"] for r in rows if r["engine"] == engine}):
+            best = max((r for r in rows if r["engine"] == engine and r["concurrency"] == c),
+                       key=lambda r: r["throughput_tps"])
+            ttft, tpot, p50, p99 = (_ms(best.get(key)) for key in ("ttft_s", "tpot_s", "latency_p50_s",
+                                                                   "latency_p99_s"))
+            lines.append(f"{engine:<9} {c:>4} {best['method'] + ' K=' + str(best['k']):>12} "
+                         f"{best['throughput_tps']:8.1f} {best['throughput_ratio']:6.2f}x {ttft:>8} "
+                         f"{tpot:>8} {p50:>7} {p99:>7}")
+    lines.append("vllm, every setting (tok/s, ratio against no speculation at the same concurrency):")
+    for r in (r for r in rows if r["engine"] == "vllm"):
+        lines.append(f"  {r['method']:<7} K={r['k']:<2} concurrency {r['concurrency']:>3}: "
+                     f"{r['throughput_tps']:8.1f} tok/s {r['throughput_ratio']:5.2f}x  "
+                     f"TTFT {1000 * r['ttft_s']:6.1f} ms  start {r['start_s']:.0f} s")
+    return lines
