@@ -19,7 +19,8 @@ from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_atomic
 from orchestrator.stored import baseline
 from orchestrator.sweep.spec import NUMBER
-from workloads.models.pair import BUNDLED
+from workloads.models.pair import refs
+from workloads.serving.config import ServingConfig
 
 _WHERE = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*({NUMBER})\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
 
@@ -189,9 +190,12 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
         },
     }
     kind = spec.pair_kinds.get(row["pair"])
-    if kind is not None and kind.serving_method is not None:
-        refs = pairs[row["pair"]] if isinstance(pairs[row["pair"]], dict) else BUNDLED[pairs[row["pair"]]]
-        document["serving"] = dflash_serving(kind, refs["drafter"], row["config"])
+    found = refs(pairs[row["pair"]])
+    if row["config"].get("engine") == "vllm":  # measured in vLLM: its own settings, as they ran
+        speculative = ServingConfig.from_dict(row["config"]).speculative_config(found.get("drafter"))
+        document["serving"] = {"vllm": {"speculative_config": speculative}}
+    elif kind is not None and kind.serving_method is not None:
+        document["serving"] = dflash_serving(kind, found["drafter"], row["config"])
     notes = []
     if not row["exact"]:
         notes.append("lossy: this configuration does not reproduce the verifier's distribution")

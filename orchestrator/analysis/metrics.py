@@ -47,12 +47,40 @@ def prompt_column(record: dict, name: str) -> float:
     return float(value or 0.0)
 
 
-def _sum(records: list[dict], key: str) -> float:
-    return float(sum(r[key] for r in records))
+def _sum(records: list[dict], key: str) -> float | None:
+    """Σ key over records; None where a record lacks it (a serving engine's records have no
+    forward passes or model time)."""
+    return float(sum(r[key] for r in records)) if all(key in r for r in records) else None
 
 
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile of `values` by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def serving_metrics(records: list[dict]) -> dict[str, float]:
+    """Of records served by a serving engine (they carry `ttft_s`): ttft_s = mean time to first
+    token; tpot_s = mean time per output token after the first, (latency − TTFT) / (tokens −
+    1) over requests of two tokens or more; latency_p50_s / p90 / p99 = quantiles of the
+    requests' end-to-end latency (`wall_s`); request_tps = mean of tokens / latency."""
+    if not records or not all("ttft_s" in r for r in records):
+        return {}
+    latency = [r["wall_s"] for r in records]
+    tpot = [r["tpot_s"] for r in records if r.get("tpot_s") is not None]
+    out = {"ttft_s": sum(r["ttft_s"] for r in records) / len(records),
+           "request_tps": sum(r["new_tokens"] / r["wall_s"] for r in records) / len(records)}
+    if tpot:
+        out["tpot_s"] = sum(tpot) / len(tpot)
+    out.update({f"latency_p{q}_s": percentile(latency, q / 100) for q in (50, 90, 99)})
+    return out
 
 
 def batches(records: list[dict]) -> list[dict]:
@@ -98,6 +126,7 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
     }
     if all(r.get("correct") is not None for r in records):
         values["accuracy"] = sum(r["correct"] for r in records) / n
+    values.update(serving_metrics(records))
     return {k: v for k, v in values.items() if v is not None}
 
 
@@ -156,6 +185,25 @@ def paired_bootstrap(trial: list[dict], baseline: list[dict], resamples: int = 2
     for key, values in stats.items():
         result[f"{key}_lo"], result[f"{key}_hi"] = (float(x) for x in np.percentile(values[1:], [2.5, 97.5]))
     return result
+
+
+def served_ratios(shards: list[tuple[list[dict], list[dict]]]) -> dict[str, float]:
+    """Speed ratios of a trial served by a serving engine against the same engine without
+    speculation, at the same concurrency, serving the same prompts right after it (each
+    shard's control load):
+
+        throughput_ratio = (Σ_R new_tokens / Σ_shards load wall) / (Σ_C new_tokens / Σ_C wall)
+
+    shards: (records, controls) per shard; a shard's records share its load's `batch_wall_s`.
+    {} when no shard has a control."""
+    shards = [(rs, cs) for rs, cs in shards if rs and cs]
+    if not shards:
+        return {}
+    loads = [r for rs, _ in shards for r in rs]
+    controls = [c for _, cs in shards for c in cs]
+    trial = sum(r["new_tokens"] for r in loads) / sum(rs[0]["batch_wall_s"] for rs, _ in shards)
+    control = sum(c["new_tokens"] for c in controls) / sum(c["wall_s"] for c in controls)
+    return {"throughput_ratio": trial / control}
 
 
 def controlled_ratios(shards: list[tuple[list[dict], list[dict]]], baseline: list[dict],

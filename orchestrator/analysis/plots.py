@@ -95,7 +95,7 @@ def schedules_figure(trials: list[dict], x: str = "throughput_tps", y: str = "ac
         pts = [
             t
             for t in trials
-            if t["config"]["schedule"] == schedule and x in t["metrics"] and y in t["metrics"]
+            if t["config"].get("schedule") == schedule and x in t["metrics"] and y in t["metrics"]
         ]
         ax.scatter(
             [t["metrics"][x] for t in pts],
@@ -184,7 +184,7 @@ def sweep_plots(spec, study, out: Path) -> list[Path]:
             out / "hypervolume.png",
         )
     )
-    ran = [s for s in SPECULATIVE if s in {t["config"]["schedule"] for t in trials}]
+    ran = [s for s in SPECULATIVE if s in {t["config"].get("schedule") for t in trials}]
     if len(ran) > 1:
         title = f"{spec.name}: {' vs '.join(s.capitalize() for s in ran)}"
         paths.append(save(schedules_figure(trials, title=title), out / "schedules.png"))

@@ -18,6 +18,19 @@ def effort(config: dict) -> str:
     return f"K={config.get('steps') or 1}"
 
 
+def columns(config: dict) -> dict:
+    """How a trial's config reads in tables and run names, in either engine: `schedule`
+    (under vLLM, `vllm <method>`), `block` (B; '-' under vLLM), `effort` (K or τ; under vLLM
+    `n=<num_speculative_tokens>`, its drafts per verification; '-' without speculation), `rule`
+    and `leniency` (vLLM verifies losslessly)."""
+    if config.get("engine") == "vllm":
+        drafts = config["num_speculative_tokens"]
+        return {"schedule": f"vllm {config['method']}", "block": "-",
+                "effort": f"n={drafts}" if drafts else "-", "rule": "lossless", "leniency": 0}
+    return {"schedule": config["schedule"], "block": config["block"], "effort": effort(config),
+            "rule": config["rule"], "leniency": config["leniency"]}
+
+
 def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None = None) -> list[dict]:
     """One row per frontier trial (trial, pair, batch size, exact, config, params,
     objectives, metrics, its MLflow run id from `run_ids`), flagged `tied` when statistically

@@ -1,5 +1,6 @@
-"""How far a sweep's timings can be trusted: the drift of its `ar` controls per pair and
-the hardware they ran on, read from the study (the driver, `status` and exports share it)."""
+"""How far a sweep's timings can be trusted: the drift of its controls per pair (specsweep's
+`ar`, or vLLM without speculation) and the hardware they ran on, read from the study (the
+driver, `status` and exports share it)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ from orchestrator.stored import baseline, batch_size
 
 def timing_report(study: optuna.Study) -> dict:
     """{"drift": {pair: metrics.drift report}, "hardware": [worker hardware, one per kind]}."""
-    points: dict[tuple[str, int], list[tuple[float, int, float]]] = {}
+    points: dict[tuple[str, str, int], list[tuple[float, int, float]]] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         c = t.user_attrs.get("control")
-        if c:  # controls at different batch sizes run at different speeds: one report each
-            points.setdefault((t.user_attrs["pair"], batch_size(t)), []).append(
+        if c:  # controls of another engine or batch size run at another speed: one report each
+            engine = t.user_attrs.get("config", {}).get("engine", "specsweep")
+            points.setdefault((t.user_attrs["pair"], engine, batch_size(t)), []).append(
                 (c["at"], t.number, c["ms_per_token"]))
     report = {}
-    for (pair, size), pts in sorted(points.items()):
-        tps = baseline(study, pair, "ar", size).get("throughput_tps")
-        report[pair if size == 1 else f"{pair}:b{size}"] = drift(pts, 1000 / tps if tps else None)
+    for (pair, engine, size), pts in sorted(points.items()):
+        served = engine == "vllm"
+        tps = None if served else baseline(study, pair, "ar", size).get("throughput_tps")
+        name = pair + (":vllm" if served else "") + (f":b{size}" if size > 1 else "")
+        report[name] = {**drift(pts, 1000 / tps if tps else None),
+                        "controls": "vllm unspeculative" if served else "ar"}
     return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
 
 
@@ -34,9 +39,9 @@ def describe(report: dict) -> list[str]:
     """One line per pair, for `specsweep status` and the end of a run."""
     lines = []
     for pair, d in report["drift"].items():
-        line = (f"{pair} ar controls: {d['first_ms_per_token']:.3g} -> {d['last_ms_per_token']:.3g} ms/token "
-                f"(drift {d['drift']:.2f}x over {d['trials']} trials, spread {d['spread'][0]:.2f}-"
-                f"{d['spread'][1]:.2f}x of the median)")
+        line = (f"{pair} {d['controls']} controls: {d['first_ms_per_token']:.3g} -> "
+                f"{d['last_ms_per_token']:.3g} ms/token (drift {d['drift']:.2f}x over {d['trials']} trials, "
+                f"spread {d['spread'][0]:.2f}-{d['spread'][1]:.2f}x of the median)")
         if "baseline_vs_controls" in d:
             line += f"; full ar baseline {d['baseline_vs_controls']:.2f}x the controls' time per token"
         if d["outliers"]:

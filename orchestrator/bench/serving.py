@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 from collections.abc import Callable
 
+from orchestrator.analysis.metrics import serving_metrics
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models.pair import Pair
 from workloads.serving.config import ServingConfig
@@ -22,27 +22,12 @@ from workloads.serving.load import Served, serve
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile of `values` by linear interpolation between order statistics."""
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def load_metrics(served: list[Served], wall: float) -> dict:
-    """throughput_tps = Σ tokens / wall; per request tok/s = mean of tokens / latency; TTFT,
-    TPOT (mean) and latency (mean, p50, p90, p99); the counters summed where known."""
-    latency = [s.wall_s for s in served]
-    tpot = [s.tpot_s for s in served if s.tpot_s is not None]
-    out = {"throughput_tps": sum(len(s.token_ids) for s in served) / wall,
-           "request_tps": statistics.mean(len(s.token_ids) / s.wall_s for s in served),
-           "ttft_s": statistics.mean(s.ttft_s for s in served),
-           "tpot_s": statistics.mean(tpot) if tpot else None,
-           "latency_s": statistics.mean(latency)}
-    out.update({f"latency_p{q}_s": percentile(latency, q / 100) for q in (50, 90, 99)})
-    return out
+    """throughput_tps = Σ tokens / wall of the load, latency_s = mean latency, and the
+    serving metrics (`analysis.metrics.serving_metrics`)."""
+    records = [s.record() for s in served]
+    return {"throughput_tps": sum(r["new_tokens"] for r in records) / wall,
+            "latency_s": sum(r["wall_s"] for r in records) / len(records), **serving_metrics(records)}
 
 
 def _server(verifier: str, config: ServingConfig, drafter: str | None) -> VllmServer:

@@ -17,21 +17,21 @@ ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sw
 def _table(title: str, spec, rows: list[dict]):
     from rich.table import Table
 
-    from orchestrator.analysis.summary import effort
+    from orchestrator.analysis.summary import columns
 
     table = Table(title=title)
     for col in ("trial", "pair", "batch", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact",
                 "notes"):
         table.add_column(col, justify="right")
     for r in sorted(rows, key=lambda r: (r.get("batch_size", 1), r["trial"])):
-        c = r["config"]
+        c = columns(r["config"])
         table.add_row(
             str(r["trial"]),
             r["pair"],
             str(r.get("batch_size", 1)),
             c["schedule"],
             str(c["block"]),
-            effort(c),
+            c["effort"],
             c["rule"],
             f"{c['leniency']:g}",
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),

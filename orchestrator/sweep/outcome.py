@@ -10,6 +10,7 @@ from orchestrator.analysis.metrics import (
     control_speed,
     controlled_ratios,
     paired_bootstrap,
+    served_ratios,
     trial_metrics,
 )
 from orchestrator.sweep.spec import constraint_terms
@@ -27,12 +28,16 @@ def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int) -> tupl
     when no shard timed a control."""
     records = shard_records(results)
     metrics = trial_metrics(records)
-    if ar:
+    if "ttft_s" in metrics:  # served by a serving engine: compared with it unspeculative
+        metrics.update(served_ratios([(out["records"], out.get("controls", [])) for out in results]))
+    elif ar:
         metrics.update(paired_bootstrap(records, ar, seed=seed))
         by_shard = [(batches(out["records"]), out.get("controls", [])) for out in results]
         metrics.update(controlled_ratios(by_shard, batches(ar), seed=seed))
     controls = [c for out in results for c in out.get("controls", [])]
     metrics["control_decodes"] = len(controls)
+    if any("engine_start_s" in out for out in results):  # serving engines started for this trial
+        metrics["engine_start_s"] = sum(out.get("engine_start_s", 0.0) for out in results)
     metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in results)
     control = None
     if controls:

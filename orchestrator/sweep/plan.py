@@ -25,7 +25,6 @@ from orchestrator.sweep.shards import Job, split
 from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, grid, params_key
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.workers import Shard
-from workloads.decoding import is_exact
 from workloads.tasks import Example
 
 
@@ -72,7 +71,9 @@ class Planner:
         of whole batches; a trial's carry the `ar` control."""
         eligible = [w for w, names in self.serves.items() if candidate.pair in names]
         indices = self.indices[start:end]
-        control = self.control if trial is not None else None
+        control = None
+        if trial is not None:  # vLLM's own load without speculation, or specsweep's `ar`
+            control = candidate.config.unspeculative() if candidate.config.engine == "vllm" else self.control
         number = trial.number if trial is not None else -1
         size = candidate.batch_size
         return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size)
@@ -134,7 +135,7 @@ class Planner:
         trial.set_user_attr("pair", candidate.pair)
         trial.set_user_attr("config", candidate.config.to_dict())
         trial.set_user_attr("batch_size", candidate.batch_size)
-        trial.set_user_attr("exact", is_exact(candidate.config))
+        trial.set_user_attr("exact", candidate.config.exact)
         return self.job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
 
     def after(self, job: Job) -> Rung:

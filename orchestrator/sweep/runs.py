@@ -15,20 +15,25 @@ import time
 from pathlib import Path
 
 from orchestrator.analysis.metrics import acceptance_by_position
-from orchestrator.analysis.summary import effort
+from orchestrator.analysis.summary import columns
 from orchestrator.files import write_atomic
 from orchestrator.sweep.tracking import TrialLog
-from workloads.decoding import is_exact
 
 
 def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: int = 1) -> str:
-    """`<pair> <schedule> B<block> <K or τ> <rule and λ/δ>[ T<temperature>][ b<batch size>]`,
-    or `<pair> <kind> baseline[ b<batch size>]` (the batch size shown above 1)."""
+    """`<pair> <schedule> B<block> <K or τ> <rule and λ/δ>[ T<temperature>][ b<batch size>]`
+    (under vLLM `<pair> vllm <method>[ n<drafts>] lossless[ b<concurrency>]`), or `<pair>
+    <kind> baseline[ b<batch size>]` (the batch size shown above 1)."""
     batch = f" b{batch_size}" if batch_size > 1 else ""
     if baseline:
         return f"{pair} {baseline} baseline{batch}"
-    parts = [pair, config["schedule"], f"B{config['block']}", effort(config).replace("=", "")]
-    rule, lenient = config["rule"], config.get("leniency", 0)
+    shown = columns(config)
+    parts = [pair, shown["schedule"]]
+    if shown["block"] != "-":
+        parts.append(f"B{shown['block']}")
+    if shown["effort"] != "-":
+        parts.append(shown["effort"].replace("=", ""))
+    rule, lenient = shown["rule"], shown["leniency"]
     parts.append({"lossless": "lossless", "linear": f"λ{lenient:g}", "cactus": f"δ{lenient:g}",
                   "match": f"match λ{lenient:g}"}[rule])
     if config.get("temperature"):
@@ -41,7 +46,7 @@ def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: i
 def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) -> dict:
     """The run's params: the decode config (seed dropped: it is per prompt) with its pair,
     batch size and task."""
-    params = {k: v for k, v in config.items() if k != "seed"}
+    params = {"engine": "specsweep", **{k: v for k, v in config.items() if k != "seed"}}
     params["stop"] = ",".join(params["stop"])
     return {**params, "batch_size": batch_size, "pair": pair, "pair_kind": kind, "task": task.name,
             "task_limit": task.limit, "task_seed": task.seed}
@@ -59,7 +64,7 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
     return TrialLog(
         name=run_name(pair, config, tags.get("specsweep.baseline"), job.candidate.batch_size),
         tags={"specsweep.sweep": spec.name, "mlflow.parentRunId": parent_run, "specsweep.role": "trial",
-              "specsweep.pair": pair, "specsweep.exact": str(is_exact(job.candidate.config)).lower(),
+              "specsweep.pair": pair, "specsweep.exact": str(job.candidate.config.exact).lower(),
               "specsweep.gpu": ",".join(sorted({out.get("gpu", "") for out in results})),
               "specsweep.nodes": ",".join(sorted({out["node"] for out in results})), **tags},
         params=trial_params(pair, pair_kind, config, spec.task, job.candidate.batch_size),
@@ -141,11 +146,9 @@ def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
     columns, for the parent run's CSV and HTML."""
     out = []
     for r in rows:
-        c = r["config"]
         out.append({"trial": r["trial"], "run": names.get(r["trial"], ""), "pair": r["pair"],
-                    "batch_size": r.get("batch_size", 1), "schedule": c["schedule"], "block": c["block"],
-                    "effort": effort(c), "rule": c["rule"],
-                    "leniency": c["leniency"], "exact": r["exact"], "tied": r.get("tied", False),
+                    "batch_size": r.get("batch_size", 1), **columns(r["config"]), "exact": r["exact"],
+                    "tied": r.get("tied", False),
                     **{m: r["objectives"][m] for m in spec.objectives}, "run_id": r.get("run_id") or ""})
     return out
 

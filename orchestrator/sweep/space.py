@@ -1,7 +1,8 @@
 """The joint decoding space of a sweep as one conditional decision procedure.
 
 `choose_config(spec, choose)` walks the dimensions in a fixed order and asks `choose(name,
-values)` for each one that applies: the pair (when several), schedule and block (quadratic
+values)` for each one that applies: the pair (when several), the engine (when several; under
+vllm: the method, its drafts per verification and the concurrency, `_served`), schedule and block (quadratic
 only, and B >= 2, on dual-mode pairs; `|self` / `|two-model` names when a list is cut), the
 effort kind (steps or threshold, when both are given; none for packed/quadratic on dual-mode
 pairs, which draft inside the verify call in one step), K (only values <= B, under a per-B
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 
 from orchestrator.sweep.spec import LENIENCY, SAMPLING, SweepSpec
 from workloads.decoding.config import DecodeConfig
+from workloads.decoding.kinds import PairKind
+from workloads.serving.config import ServingConfig
 
 Choose = Callable[[str, list], object]
 
@@ -26,7 +29,7 @@ Choose = Callable[[str, list], object]
 @dataclass(frozen=True)
 class Candidate:
     pair: str
-    config: DecodeConfig  # seed is set per prompt by the worker
+    config: DecodeConfig | ServingConfig  # seed is set per prompt by the worker
     batch_size: int = 1  # prompts decoded together
 
 
@@ -45,6 +48,9 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
     names = [p.name for p in spec.pairs]
     pair = names[0] if len(names) == 1 else choose("pair", names)
     kind = spec.pair_kinds[pair]
+    engines = dims.get("engine", ["specsweep"])
+    if (engines[0] if len(engines) == 1 else choose("engine", engines)) == "vllm":
+        return _served(dims, pair, kind, pick, choose)
     settings: dict = {}
     fits = {"schedule": kind.runs, "block": lambda b: b >= kind.min_block}
     for key, allowed in fits.items():
@@ -79,6 +85,23 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
         elif key in dims:
             settings[key] = pick(key)
     return Candidate(pair, DecodeConfig(**settings), pick("batch_size") if "batch_size" in dims else 1)
+
+
+def _served(dims: dict, pair: str, kind: PairKind, pick, choose: Choose) -> Candidate:
+    """The vLLM branch: the method (those the pair's kind can be served with; `method|<kind>`
+    when the list is cut), its drafts per verification, the concurrency (the candidate's
+    batch size), then temperature and max_new_tokens."""
+    listed = dims.get("method", ["none"])
+    methods = [m for m in listed if m in kind.serving_methods] or ["none"]
+    label = "method" if methods == listed else f"method|{kind.name}"
+    settings: dict = {"method": methods[0] if len(methods) == 1 else choose(label, methods)}
+    if settings["method"] != "none":
+        settings["num_speculative_tokens"] = pick("num_speculative_tokens")
+    settings["concurrency"] = pick("concurrency") if "concurrency" in dims else 1
+    for key in ("temperature", "max_new_tokens"):
+        if key in dims:
+            settings[key] = pick(key)
+    return Candidate(pair, ServingConfig(**settings), settings["concurrency"])
 
 
 def config_of(spec: SweepSpec, params: dict) -> DecodeConfig:

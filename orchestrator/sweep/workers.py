@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import ray
 
 from workloads.decoding import DecodeConfig, decode_batch
+from workloads.serving.config import ServingConfig
 from workloads.tasks import Example
 
 FATAL = ("CUDA error", "out of memory", "CUBLAS_STATUS", "device-side assert")
@@ -49,9 +50,9 @@ def prompt_seed(sweep_seed: int, index: int) -> int:
 class Shard:
     trial: int  # Optuna trial number, or a negative id for baselines
     pair: str
-    config: DecodeConfig  # validated once, where the driver built it; Ray pickles it as it is
+    config: DecodeConfig | ServingConfig  # validated once, where the driver built it; pickled as it is
     indices: tuple[int, ...]
-    control: DecodeConfig | None = None  # the `ar` baseline's config, timed beside the trial
+    control: DecodeConfig | ServingConfig | None = None  # `ar`, or vLLM unspeculative: timed beside the trial
     batch_size: int = 1  # prompts decoded together; a shard holds whole batches
 
 
@@ -82,6 +83,7 @@ class PairWorker:
         self.task = TASKS[task]()  # scoring only: examples arrive with the shard
         self.sweep_seed = sweep_seed
         self.warm: set[str] = set()  # pairs this process has decoded its warm-up prompts with
+        self.engines = None  # the vLLM servers of the shards under engine vllm (sweep.serving)
 
     def _pair(self, name: str):
         if name not in self.pairs:
@@ -125,6 +127,8 @@ class PairWorker:
         the shard's batch size, with the shard's controls; returns the per-prompt records,
         the control records (per batch: `index` its batch, `new_tokens`, `wall_s`, `at`: when
         it ran), how many untimed warm-up decodes preceded them, the Ray node and the GPU model."""
+        if shard.config.engine == "vllm":
+            return self._serve(shard, items)
         pair = self._pair(shard.pair)
         base, control = shard.config, shard.control
         configs = [base] + ([control] if control else [])
@@ -152,6 +156,30 @@ class PairWorker:
         _release_device_memory()
         return {"records": records, "controls": controls, "warmup": warmup, "node": _node(),
                 "gpu": _gpu_name()}
+
+
+    def _serve(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
+        """`run` under the vllm engine (sweep.serving); `engine_start_s`: seconds spent
+        starting servers for it."""
+        from orchestrator.sweep.serving import Engines, serve_shard
+        from workloads.models.pair import load_tokenizer
+
+        if self.engines is None:
+            self.engines = Engines(self.pair_specs)
+        tokenizer = load_tokenizer(self.pair_specs[shard.pair])
+        prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
+        records, controls, started = serve_shard(self.engines, shard.pair, shard.config, shard.control,
+                                                 prompts, items[0][0].index)
+        for (example, _), record in zip(items, records):
+            score = self.task.judge(example, record["text"])
+            record.update(index=example.index, correct=score.correct, detail=score.detail)
+        return {"records": records, "controls": controls, "warmup": 0, "node": _node(), "gpu": _gpu_name(),
+                "engine_start_s": started}
+
+    def close(self) -> None:
+        """Stop the vLLM servers this worker started."""
+        if self.engines is not None:
+            self.engines.close()
 
 
 def _node() -> str:

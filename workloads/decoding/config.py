@@ -6,6 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from workloads.decoding.acceptance import RULES
 from workloads.decoding.sampling import point_mass
@@ -39,11 +40,17 @@ class DecodeConfig:
     seed: int = 0
     verify_order: str = "ltr"  # confidence: any-order Packed-SS (dual-mode pairs, greedy)
     stop: tuple[str, ...] = field(default_factory=tuple)
+    engine: ClassVar[str] = "specsweep"  # the engine that decodes it (serving.ServingConfig: vllm)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list | str):
             object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
         self.validate()
+
+    @property
+    def exact(self) -> bool:
+        """`is_exact(self)`."""
+        return is_exact(self)
 
     @property
     def k(self) -> int | None:

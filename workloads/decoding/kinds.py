@@ -57,6 +57,12 @@ class PairKind:
     target_conditioned = False
     serving_method: str | None = None
 
+    @property
+    def serving_methods(self) -> tuple[str, ...]:
+        """The vLLM methods its pairs can be served with: none and n-gram lookup (they need
+        the verifier only), and its own drafter's method where vLLM has one."""
+        return ("none", "ngram") + ((self.serving_method,) if self.serving_method else ())
+
     def __repr__(self) -> str:
         return self.name
 

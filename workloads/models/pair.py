@@ -343,6 +343,15 @@ def pair_kind(spec: str | dict) -> PairKind:
     return DFLASH
 
 
+def refs(spec: str | dict) -> dict[str, str]:
+    """The checkpoints of a pair spec as a serving engine loads them: `verifier` (a dual-mode
+    pair's one model) and `drafter` where the pair has its own."""
+    _, spec = _resolve(spec)
+    if "model" in spec:
+        return {"verifier": spec["model"]}
+    return {"verifier": spec["verifier"], "drafter": spec["drafter"]}
+
+
 def max_positions(spec: str | dict) -> int | None:
     """The positions every model of a pair spec has (the least `max_position_embeddings` of
     their config.json), read without loading them; None when no local config says."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
+ENGINES = ("specsweep", "vllm")
 
 
 class ServingError(ValueError):
@@ -28,6 +30,7 @@ class ServingConfig:
     concurrency: int = 1  # requests in flight
     seed: int = 0
     stop: tuple[str, ...] = field(default_factory=tuple)
+    engine: ClassVar[str] = "vllm"
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list | str):
@@ -57,7 +60,20 @@ class ServingConfig:
             raise ServingError(f"method: {self.method} needs a drafter; this pair has none")
         return {**config, "model": drafter}
 
+    def unspeculative(self) -> ServingConfig:
+        """The same load without speculation: the control a trial's speed is compared with."""
+        return dataclasses.replace(self, method="none", num_speculative_tokens=0)
+
+    @property
+    def exact(self) -> bool:
+        """vLLM verifies by lossless rejection sampling: its output follows the verifier's law."""
+        return True
+
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["stop"] = list(self.stop)
-        return out
+        return {"engine": "vllm", **out}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ServingConfig:
+        return cls(**{k: v for k, v in data.items() if k != "engine"})

@@ -34,6 +34,17 @@ class Served:
         n = len(self.token_ids)
         return (self.wall_s - self.ttft_s) / (n - 1) if n > 1 else None
 
+    def record(self) -> dict:
+        """Its measurements under the names of specsweep's records (DESIGN.md); the counters
+        where the request had its own."""
+        out = {"text": self.text, "token_ids": self.token_ids, "new_tokens": len(self.token_ids),
+               "wall_s": self.wall_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "exact": True,
+               "stop_reason": "length" if self.finish_reason == "length" else "stop"}
+        if self.counters is not None:
+            out.update(iterations=self.counters.iterations, drafted=self.counters.drafted,
+                       accepted=self.counters.accepted)
+        return out
+
 
 def _stream(server: VllmServer, prompt: list[int], config: ServingConfig) -> Served:
     body = {"model": server.settings.model, "prompt": prompt, "max_tokens": config.max_new_tokens,

@@ -12,9 +12,12 @@ what it worked around (`report`).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import tempfile
@@ -59,6 +62,13 @@ class EngineSettings:
         return args
 
 
+def _die_with_parent() -> None:
+    """In the server's process: SIGTERM when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a worker killed mid-trial leaves no server behind."""
+    with contextlib.suppress(OSError):  # not Linux: stop() is then the only way out
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,7 +97,7 @@ class VllmServer:
         began = time.perf_counter()
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         while time.perf_counter() - began < timeout:
             if self.process.poll() is not None:
                 raise ServingError(f"engine: vllm exited ({self.process.returncode}) while starting: "

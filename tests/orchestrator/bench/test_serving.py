@@ -1,6 +1,7 @@
 import pytest
 
-from orchestrator.bench.serving import load_metrics, percentile, table
+from orchestrator.analysis.metrics import percentile
+from orchestrator.bench.serving import load_metrics, table
 from workloads.serving.load import Served
 
 

@@ -1,0 +1,79 @@
+"""A worker's shards under the `vllm` engine: its servers, and a shard's records and controls.
+
+A worker keeps, per pair, one vLLM server with the trial's speculative settings and one
+without speculation, the control; a trial whose settings differ restarts the first (the start
+time goes into the shard's result, so the run logs it). A shard is served as one load at the
+trial's concurrency, right after an untimed warm-up on a newly started server, then the same
+prompts as one load on the control server at the same concurrency, timed back to back with it
+(the honest-ratio rule of specsweep's `ar` controls). Each record is one request (its TTFT,
+TPOT and latency); the shard is one batch, whose wall time is the load's. At concurrency 1
+each request has its own spec-decode counters; above it the shard's counters go on its first
+record, so they sum over a trial as specsweep's do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from workloads.models.pair import refs
+from workloads.serving.config import ServingConfig
+from workloads.serving.load import serve
+from workloads.serving.vllm import EngineSettings, VllmServer
+
+WARMUP = 2  # untimed requests on a newly started server
+
+
+class Engines:
+    """The vLLM servers of one worker, by (pair, whether it speculates)."""
+
+    def __init__(self, pair_specs: dict[str, str | dict]):
+        self.pair_specs = pair_specs
+        self.servers: dict[tuple[str, bool], VllmServer] = {}
+
+    def server(self, pair: str, config: ServingConfig, warm_up: list[int]) -> tuple[VllmServer, float]:
+        """The running server for `config` on `pair`, and the seconds spent starting it now
+        (0 when it was already running with these settings)."""
+        found = refs(self.pair_specs[pair])
+        speculative = config.speculative_config(found.get("drafter"))
+        settings = EngineSettings(found["verifier"], None if speculative is None else json.dumps(speculative))
+        slot = (pair, speculative is not None)
+        server = self.servers.get(slot)
+        if server is not None and server.settings == settings:
+            return server, 0.0
+        if server is not None:
+            server.stop()
+        server = VllmServer(settings)
+        self.servers[slot] = server
+        started = server.start()
+        serve(server, [warm_up] * WARMUP, ServingConfig(max_new_tokens=config.max_new_tokens))
+        return server, started
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()
+
+
+def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: ServingConfig | None,
+                prompts: list[list[int]], first: int) -> tuple[list[dict], list[dict], float]:
+    """(one record per prompt, the control load, seconds spent starting servers)."""
+    server, started = engines.server(pair, config, prompts[0])
+    before = server.counters()
+    served, wall = serve(server, prompts, config)
+    records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
+    if config.concurrency > 1:
+        spent = server.counters() - before
+        for i, record in enumerate(records):
+            own = i == 0  # the shard's counters on its first record, so they sum over the trial
+            record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
+                          accepted=spent.accepted if own else 0)
+    controls = []
+    if control is not None:
+        plain, plain_started = engines.server(pair, control, prompts[0])
+        started += plain_started
+        at = time.time()
+        load, load_wall = serve(plain, prompts, control)
+        controls.append({"index": first, "new_tokens": sum(len(s.token_ids) for s in load),
+                         "wall_s": load_wall, "at": at})
+    return records, controls, started

@@ -1,0 +1,68 @@
+"""The engine axis of the space: specsweep's decode configs and vLLM's serving configs."""
+
+import pytest
+
+from orchestrator.analysis.summary import columns
+from orchestrator.sweep.space import choose_config, grid
+from orchestrator.sweep.spec import SpecError, parse_spec
+from workloads.serving.config import ServingConfig
+
+SERVED = {"engine": ["vllm"], "method": ["none", "ngram", "dflash"], "num_speculative_tokens": [3, 7],
+          "concurrency": [1, 4]}
+
+
+def spec(space, pairs=("toy-dflash",), **extra):
+    return parse_spec({"name": "s", "pairs": list(pairs), "task": {"name": "arith", "limit": 2},
+                       "space": space, "objectives": {"throughput_tps": "max", "accuracy": "max"}, **extra})
+
+
+def candidates(s):
+    return [choose_config(s, lambda name, values, p=p: p[name]) for p in grid(s)]
+
+
+def test_vllm_trials_are_serving_configs_at_their_concurrency():
+    found = candidates(spec(SERVED))
+    # none at each concurrency, then ngram and dflash at each K and concurrency
+    assert len(found) == 2 + 2 * 2 * 2 == len({(c.config, c.batch_size) for c in found})
+    assert all(isinstance(c.config, ServingConfig) and c.batch_size == c.config.concurrency for c in found)
+    assert {c.config.num_speculative_tokens for c in found if c.config.method == "none"} == {0}
+
+
+def test_a_pair_is_served_only_with_methods_its_kind_has():
+    found = candidates(spec(SERVED, pairs=("toy",)))  # a diffusion drafter: vLLM has no method for it
+    assert {c.config.method for c in found} == {"none", "ngram"}
+    assert "method|two-model" in grid(spec(SERVED, pairs=("toy",)))[-1]
+
+
+def test_both_engines_side_by_side():
+    found = candidates(spec({"engine": ["specsweep", "vllm"], "steps": [1, 2], "method": ["none"],
+                             "concurrency": [1]}))
+    assert sorted(c.config.engine for c in found) == ["specsweep", "specsweep", "vllm"]
+
+
+@pytest.mark.parametrize(("space", "starts"), [
+    ({**SERVED, "steps": [1, 2]}, "spec: space.steps: 2 has no vLLM setting"),
+    ({**SERVED, "rule": ["linear"], "leniency": [0.5]}, "spec: space.rule: linear has no vLLM setting"),
+    ({**SERVED, "schedule": ["packed"]}, "spec: space.schedule: packed has no vLLM setting"),
+    ({**SERVED, "engine": ["tgi"]}, "spec: space.engine: 'tgi' is not an engine"),
+    ({**SERVED, "method": ["medusa"]}, "spec: space.method: 'medusa' is not a vLLM method"),
+    ({"engine": ["vllm"], "method": ["dflash"]}, "spec: space.num_speculative_tokens: needed"),
+    ({"steps": [1], "concurrency": [4]}, "spec: space.concurrency: a vLLM setting; add vllm to space.engine"),
+])
+def test_what_vllm_has_no_setting_for_is_refused_in_one_line(space, starts):
+    with pytest.raises(SpecError) as err:
+        spec(space)
+    assert str(err.value).startswith(starts) and "\n" not in str(err.value)
+
+
+def test_racing_stays_in_specsweeps_engine():
+    with pytest.raises(SpecError, match="search.racing: races run in specsweep's engine only"):
+        spec(SERVED, search={"racing": {}})
+
+
+def test_tables_read_both_engines():
+    served = ServingConfig(method="dflash", num_speculative_tokens=7).to_dict()
+    assert columns(served) == {"schedule": "vllm dflash", "block": "-", "effort": "n=7", "rule": "lossless",
+                               "leniency": 0}
+    assert columns({"schedule": "linear", "block": 4, "steps": 2, "rule": "linear", "leniency": 0.5}) == {
+        "schedule": "linear", "block": 4, "effort": "K=2", "rule": "linear", "leniency": 0.5}

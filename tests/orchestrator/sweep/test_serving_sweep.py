@@ -1,0 +1,41 @@
+"""A sweep under the vllm engine, for real (`make vllm`): Ray worker, vLLM servers, MLflow."""
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator.cli import app
+from tests.orchestrator.test_sweep_cli import GOOD, runner, write
+from workloads.serving.config import ServingError
+from workloads.serving.vllm import vllm_python
+
+pytestmark = pytest.mark.slow
+try:
+    vllm_python()
+except ServingError as err:
+    pytestmark = [pytest.mark.slow, pytest.mark.skip(reason=str(err))]
+
+
+def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
+    data = {**GOOD, "name": "served", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
+            "space": {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [3],
+                      "concurrency": [2], "max_new_tokens": 16},
+            "search": {"sampler": "grid", "trials": 2, "parallel": 1}}
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "vllm dflash" in result.output and "2/2 failed 0" in result.output
+    client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
+    runs = {r.data.params.get("method"): r for r in client.search_runs(
+        [client.get_experiment_by_name("served").experiment_id]) if r.data.params.get("engine") == "vllm"}
+    assert set(runs) == {"none", "dflash"}
+    drafted = runs["dflash"].data.metrics
+    for name in ("throughput_tps", "throughput_ratio", "ttft_s", "tpot_s", "latency_p99_s", "engine_start_s"):
+        assert name in drafted, name
+    assert drafted["acceptance_rate"] > 0 and drafted["mean_accept_len"] > 0  # vLLM's counters, summed
+    assert "acceptance_rate" not in runs["none"].data.metrics
+    out = tmp_path / "exported"
+    assert runner.invoke(app, ["export", "served", "--root", str(tmp_path), "--out", str(out)]).exit_code == 0
+    exported = [yaml.safe_load(p.read_text()) for p in out.glob("trial*.yaml")]
+    speculative = [d["serving"]["vllm"]["speculative_config"] for d in exported]
+    assert {"method": "dflash", "num_speculative_tokens": 3} in [
+        {k: s[k] for k in ("method", "num_speculative_tokens")} for s in speculative if s]
