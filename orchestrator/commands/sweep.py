@@ -20,8 +20,11 @@ def _table(title: str, spec, rows: list[dict]):
     from orchestrator.analysis.summary import columns
 
     table = Table(title=title)
-    for col in ("trial", "pair", "batch", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, "exact",
-                "notes"):
+    # the speed ratio against the trial's own controls (ar, or vLLM without speculation)
+    ratio = ["throughput_ratio"] if "throughput_ratio" not in spec.objectives and any(
+        "throughput_ratio" in r.get("metrics", {}) for r in rows) else []
+    for col in ("trial", "pair", "batch", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, *ratio,
+                "exact", "notes"):
         table.add_column(col, justify="right")
     for r in sorted(rows, key=lambda r: (r.get("batch_size", 1), r["trial"])):
         c = columns(r["config"])
@@ -35,6 +38,8 @@ def _table(title: str, spec, rows: list[dict]):
             c["rule"],
             f"{c['leniency']:g}",
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
+            *(f"{r['metrics']['throughput_ratio']:.2f}x" if "throughput_ratio" in r["metrics"] else "-"
+              for _ in ratio),
             "yes" if r["exact"] else "no (lossy)",
             ", ".join(n for n, on in (("tied", r.get("tied")), ("timing flagged", r.get("timing_flagged")))
                       if on),

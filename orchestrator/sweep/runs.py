@@ -43,6 +43,13 @@ def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: i
     return " ".join(parts)
 
 
+def workaround(results) -> dict:
+    """The tag naming the vLLM code the plugin patched for a kernel defect of this machine's
+    vLLM (`infra/vllm/plugin`), on runs whose servers needed it."""
+    patched = sorted({p for out in results for p in (out.get("engine_report") or {}).get("patched", [])})
+    return {"specsweep.vllm_workaround": "rms_norm per layer: " + ",".join(patched)} if patched else {}
+
+
 def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) -> dict:
     """The run's params: the decode config (seed dropped: it is per prompt) with its pair,
     batch size and task."""
@@ -66,6 +73,7 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
         tags={"specsweep.sweep": spec.name, "mlflow.parentRunId": parent_run, "specsweep.role": "trial",
               "specsweep.pair": pair, "specsweep.exact": str(job.candidate.config.exact).lower(),
               "specsweep.gpu": ",".join(sorted({out.get("gpu", "") for out in results})),
+              **workaround(results),
               "specsweep.nodes": ",".join(sorted({out["node"] for out in results})), **tags},
         params=trial_params(pair, pair_kind, config, spec.task, job.candidate.batch_size),
         metrics=metrics, table=table, status=status,

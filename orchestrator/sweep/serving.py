@@ -56,8 +56,9 @@ class Engines:
 
 
 def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: ServingConfig | None,
-                prompts: list[list[int]], first: int) -> tuple[list[dict], list[dict], float]:
-    """(one record per prompt, the control load, seconds spent starting servers)."""
+                prompts: list[list[int]], first: int) -> tuple[list[dict], list[dict], float, dict]:
+    """(one record per prompt, the control load, seconds spent starting servers, what the
+    vLLM plugin found and worked around in the trial's server)."""
     server, started = engines.server(pair, config, prompts[0])
     before = server.counters()
     served, wall = serve(server, prompts, config)
@@ -76,4 +77,4 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
         load, load_wall = serve(plain, prompts, control)
         controls.append({"index": first, "new_tokens": sum(len(s.token_ids) for s in load),
                          "wall_s": load_wall, "at": at})
-    return records, controls, started
+    return records, controls, started, server.report

@@ -168,13 +168,13 @@ class PairWorker:
             self.engines = Engines(self.pair_specs)
         tokenizer = load_tokenizer(self.pair_specs[shard.pair])
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
-        records, controls, started = serve_shard(self.engines, shard.pair, shard.config, shard.control,
-                                                 prompts, items[0][0].index)
+        records, controls, started, report = serve_shard(self.engines, shard.pair, shard.config,
+                                                         shard.control, prompts, items[0][0].index)
         for (example, _), record in zip(items, records):
             score = self.task.judge(example, record["text"])
             record.update(index=example.index, correct=score.correct, detail=score.detail)
         return {"records": records, "controls": controls, "warmup": 0, "node": _node(), "gpu": _gpu_name(),
-                "engine_start_s": started}
+                "engine_start_s": started, "engine_report": report}
 
     def close(self) -> None:
         """Stop the vLLM servers this worker started."""
