@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from orchestrator.analysis.metrics import TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
+from orchestrator.sweep.engines import SERVING, serving_error
 from workloads.decoding.config import ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.models.pair import PairError, pair_kind
@@ -36,15 +37,9 @@ SAMPLING = (
 # rule -> the dimension holding its DecodeConfig.leniency (λ for linear and match, δ for cactus)
 LENIENCY = {"linear": "leniency", "match": "leniency", "cactus": "delta"}
 # batch_size: prompts decoded together; not a DecodeConfig field (space.Candidate holds it).
-# engine: specsweep (DecodeConfig) or vllm (serving.ServingConfig: method, num_speculative_tokens,
-# concurrency, and temperature / max_new_tokens as in specsweep).
-SERVING = ("engine", "method", "num_speculative_tokens", "concurrency")
+# engine and the vLLM dimensions: engines.py.
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size",
               *SERVING)
-# what specsweep's engine runs that vLLM has no setting for: (dimension, refused when)
-SPECSWEEP_ONLY = {"schedule": lambda v: v != "linear", "steps": lambda v: v != 1, "threshold": lambda v: True,
-                  "rule": lambda v: v != "lossless", "leniency": lambda v: v != 0, "delta": lambda v: v != 0,
-                  "unmask": lambda v: v != "ltr", "verify_order": lambda v: v != "ltr"}
 NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a decimal number, exponent allowed
 _CONSTRAINT = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=)\s*({NUMBER})\s*$")
 
@@ -295,7 +290,9 @@ def _check_space(spec: SweepSpec) -> None:
     for value in dims.get("batch_size", []):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"spec: space.batch_size: {value!r} is not a whole number >= 1")
-    _check_serving(spec, dims)
+    why = serving_error(dims, spec.search.racing is not None)
+    if why:
+        raise SpecError(why)
     for key, values in dims.items():
         if key == "batch_size" or key in SERVING:
             continue
@@ -327,38 +324,6 @@ def _check_space(spec: SweepSpec) -> None:
             raise SpecError(f"spec: space.{kinds[0].refusal(schedule)}")
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
         raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")
-
-
-def _check_serving(spec: SweepSpec, dims: dict[str, list]) -> None:
-    """The vLLM dimensions: known engines and methods, whole numbers, only with engine vllm;
-    under vllm alone, none of specsweep's own settings (one line naming the first)."""
-    from workloads.serving.config import ENGINES, METHODS
-
-    engines = dims.get("engine", ["specsweep"])
-    for engine in engines:
-        if engine not in ENGINES:
-            raise SpecError(f"spec: space.engine: {engine!r} is not an engine; known: {', '.join(ENGINES)}")
-    serving = [key for key in SERVING[1:] if key in dims]
-    if serving and "vllm" not in engines:
-        raise SpecError(f"spec: space.{serving[0]}: a vLLM setting; add vllm to space.engine")
-    for method in dims.get("method", []):
-        if method not in METHODS:
-            raise SpecError(f"spec: space.method: {method!r} is not a vLLM method; known: "
-                            f"{', '.join(METHODS)}")
-    for key in ("num_speculative_tokens", "concurrency"):
-        for value in dims.get(key, []):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecError(f"spec: space.{key}: {value!r} is not a whole number >= 1")
-    speculative = set(dims.get("method", ["none"])) - {"none"}
-    if "vllm" in engines and speculative and "num_speculative_tokens" not in dims:
-        raise SpecError("spec: space.num_speculative_tokens: needed with a speculative method (e.g. [3, 7])")
-    if "vllm" in engines and spec.search.racing is not None:
-        raise SpecError("spec: search.racing: races run in specsweep's engine only (space.engine)")
-    asked = [(key, v) for key, refused in SPECSWEEP_ONLY.items() for v in dims.get(key, []) if refused(v)]
-    if engines == ["vllm"] and asked:
-        key, value = asked[0]
-        raise SpecError(f"spec: space.{key}: {value} has no vLLM setting (vLLM drafts in one pass and "
-                        "verifies losslessly, left to right); measure it under engine specsweep")
 
 
 def _first(err: ValidationError) -> str:
