@@ -11,7 +11,6 @@ tokens / wall time of the load; latencies are per request (TTFT, TPOT, end to en
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 
 from orchestrator.analysis.metrics import serving_metrics
@@ -30,9 +29,8 @@ def load_metrics(served: list[Served], wall: float) -> dict:
             "latency_s": sum(r["wall_s"] for r in records) / len(records), **serving_metrics(records)}
 
 
-def _server(verifier: str, config: ServingConfig, drafter: str | None) -> VllmServer:
-    speculative = config.speculative_config(drafter)
-    server = VllmServer(EngineSettings(verifier, None if speculative is None else json.dumps(speculative)))
+def _server(checkpoints: dict, config: ServingConfig) -> VllmServer:
+    server = VllmServer(EngineSettings.of(checkpoints, config))
     server.start()
     return server
 
@@ -42,11 +40,11 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
     """One row per (method, K, concurrency) of vLLM: load_metrics, the start time of its
     server, and `throughput_ratio` against no speculation served right after it."""
     rows = []
-    base = _server(refs["verifier"], ServingConfig(max_new_tokens=max_new_tokens), None)
+    base = _server(refs, ServingConfig(max_new_tokens=max_new_tokens))
     try:
         for method, k in settings:
             config = ServingConfig(method=method, num_speculative_tokens=k, max_new_tokens=max_new_tokens)
-            server = _server(refs["verifier"], config, refs.get("drafter"))
+            server = _server(refs, config)
             try:
                 for c in concurrencies:
                     served, wall = serve(server, ids, dataclasses.replace(config, concurrency=c))

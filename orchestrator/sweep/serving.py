@@ -13,7 +13,6 @@ record, so they sum over a trial as specsweep's do.
 
 from __future__ import annotations
 
-import json
 import time
 
 from workloads.models.pair import refs
@@ -34,10 +33,8 @@ class Engines:
     def server(self, pair: str, config: ServingConfig, warm_up: list[int]) -> tuple[VllmServer, float]:
         """The running server for `config` on `pair`, and the seconds spent starting it now
         (0 when it was already running with these settings)."""
-        found = refs(self.pair_specs[pair])
-        speculative = config.speculative_config(found.get("drafter"))
-        settings = EngineSettings(found["verifier"], None if speculative is None else json.dumps(speculative))
-        slot = (pair, speculative is not None)
+        settings = EngineSettings.of(refs(self.pair_specs[pair]), config)
+        slot = (pair, settings.speculative is not None)
         server = self.servers.get(slot)
         if server is not None and server.settings == settings:
             return server, 0.0

@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.serving.config import ServingError
+from workloads.serving.config import ServingConfig, ServingError
 
 ROOT = Path(__file__).resolve().parents[2]
 # CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache, no
@@ -52,6 +52,13 @@ class EngineSettings:
     speculative: str | None  # vLLM's speculative_config, as JSON
     dtype: str = "float32"
     max_model_len: int | None = None
+
+    @classmethod
+    def of(cls, checkpoints: dict[str, str], config: ServingConfig) -> EngineSettings:
+        """A server for `config` over a pair's checkpoints (`verifier`, and `drafter` where it
+        has its own: workloads.models.pair.refs)."""
+        speculative = config.speculative_config(checkpoints.get("drafter"))
+        return cls(checkpoints["verifier"], None if speculative is None else json.dumps(speculative))
 
     def arguments(self) -> list[str]:
         args = ["--model", self.model, "--dtype", self.dtype, "--enforce-eager"]

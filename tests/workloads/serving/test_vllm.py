@@ -1,7 +1,6 @@
 """vLLM for real (the CPU build `make vllm` installs): one server over the toy DFlash export,
 shared by the module. Its drafts are checked against specsweep's engine prompt by prompt."""
 
-import json
 
 import pytest
 
@@ -23,9 +22,7 @@ DFLASH = ServingConfig(method="dflash", num_speculative_tokens=7, max_new_tokens
 
 @pytest.fixture(scope="module")
 def server():
-    refs = BUNDLED["toy-dflash"]
-    speculative = json.dumps(DFLASH.speculative_config(refs["drafter"]))
-    engine = VllmServer(EngineSettings(refs["verifier"], speculative))
+    engine = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH))
     engine.start()
     yield engine
     engine.stop()
