@@ -4,6 +4,7 @@ token (TTFT) and to its last (end-to-end latency)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,7 @@ def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -
         for prompt in prompts:
             before = server.counters()
             one = _stream(server, prompt, config)
-            served.append(Served(**{**one.__dict__, "counters": server.counters() - before}))
+            served.append(dataclasses.replace(one, counters=server.counters() - before))
         return served, sum(s.wall_s for s in served)
     began = time.perf_counter()
     with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
