@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from orchestrator.commands import bench, decode, model, sweep, tasks, toy
+from orchestrator.commands import bench, conform, decode, model, sweep, tasks, toy
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -24,6 +24,7 @@ app.command("run")(sweep.run)
 app.command("status")(sweep.status)
 app.command("frontier")(sweep.frontier_cmd)
 app.command("export")(sweep.export)
+app.command("conform")(conform.conform)
 
 
 def main() -> None:

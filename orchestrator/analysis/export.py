@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.analysis.serving import dflash_serving
+from orchestrator.analysis.serving import dflash_serving, k_schedule
 from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_atomic
 from orchestrator.stored import baseline
@@ -243,8 +243,11 @@ def export_configs(
     write_atomic(out / "routes.yaml", yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
     mapping = {size: _document(spec, study, row, pairs, timing)
                for size, row in by_batch_size(kept, how).items()}
-    write_atomic(out / "by_batch_size.yaml", yaml.safe_dump({"sweep": spec.name, "by_batch_size": mapping},
-                                                            sort_keys=False))
+    body = {"sweep": spec.name, "by_batch_size": mapping}
+    schedule = k_schedule({size: document.get("serving") for size, document in mapping.items()})
+    if schedule is not None:  # one vLLM server that drafts as chosen at each batch size
+        body["vllm"] = {"speculative_config": schedule}
+    write_atomic(out / "by_batch_size.yaml", yaml.safe_dump(body, sort_keys=False))
     written.append(out / "by_batch_size.yaml")
     for row in table:  # a route names a file: make sure it exists even when --pick left it out
         if row["trial"] is not None and not (out / row["file"]).exists():

@@ -171,12 +171,11 @@ def check_replayable(spec: SweepSpec, study: optuna.Study, sweep: str) -> None:
 def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[dict]], dict[tuple, bool]]:
     """A finished grid sweep's per-prompt records by params key (from its MLflow runs'
     `prompts.jsonl`, in prompt order), and which points are feasible."""
-    import json
 
     from mlflow.tracking import MlflowClient
 
     from orchestrator.sweep.study import load_sweep
-    from orchestrator.sweep.tracking import trial_run_ids
+    from orchestrator.sweep.tracking import logged_records, trial_run_ids
 
     spec, study = load_sweep(root, sweep)
     if spec.search.sampler != "grid":
@@ -188,12 +187,11 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
     records, feasible = {}, {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         run = runs.get(t.number)
-        if run is None or "prompts.jsonl" not in {a.path for a in client.list_artifacts(run)}:
+        rows = None if run is None else logged_records(client, run)
+        if rows is None:
             raise ValueError(f"--racing: trial {t.number} of {sweep} has no prompts.jsonl in MLflow ({uri}); "
                              "replay needs every trial's per-prompt records")
-        path = client.download_artifacts(run, "prompts.jsonl")
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
-        records[params_key(t.params)] = sorted(rows, key=lambda r: r["index"])
+        records[params_key(t.params)] = rows
         feasible[params_key(t.params)] = meets_constraints(t)
     return spec, records, feasible
 

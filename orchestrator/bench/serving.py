@@ -17,7 +17,7 @@ from orchestrator.analysis.metrics import serving_metrics
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models.pair import Pair
 from workloads.serving.config import ServingConfig
-from workloads.serving.load import Served, serve
+from workloads.serving.load import Served, serve, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
@@ -47,9 +47,12 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
             server = _server(refs, config)
             try:
                 for c in concurrencies:
-                    served, wall = serve(server, ids, dataclasses.replace(config, concurrency=c))
-                    plain, plain_wall = serve(base, ids, ServingConfig(max_new_tokens=max_new_tokens,
-                                                                       concurrency=c))
+                    load, control = (dataclasses.replace(config, concurrency=c),
+                                     ServingConfig(max_new_tokens=max_new_tokens, concurrency=c))
+                    warm(server, ids[0], load)
+                    warm(base, ids[0], control)
+                    served, wall = serve(server, ids, load)
+                    plain, plain_wall = serve(base, ids, control)
                     metrics = load_metrics(served, wall)
                     rows.append({"engine": "vllm", "method": method, "k": k, "concurrency": c,
                                  "start_s": server.start_s, **metrics,
@@ -73,8 +76,8 @@ def specsweep_rows(pair: Pair, prompts: list[str], widths: list[int], sizes: lis
     batch, interleaved."""
     configs = {0: DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
     for k in widths:
-        block = next(b for b in range(1, k + 2) if pair.kind.draft_width(b) == k)
-        configs[k] = DecodeConfig(schedule="linear", block=block, steps=1, max_new_tokens=max_new_tokens)
+        configs[k] = DecodeConfig(schedule="linear", block=pair.kind.block_for(k), steps=1,
+                                  max_new_tokens=max_new_tokens)
     rows = []
     for size in sizes:
         totals = {k: [0, 0.0] for k in configs}

@@ -189,12 +189,17 @@ def export(
     pick: str = typer.Option("all", "--pick", help="all | fastest | most-accurate | knee"),
     floors: str = typer.Option("0.5,0.75,0.9,0.95,0.99", "--floors", help="Accuracy floors for routes.yaml."),
     force: bool = typer.Option(False, "--force", help="Write into a directory that already holds files."),
+    verify_vllm: int = typer.Option(0, "--verify-vllm", min=0, metavar="N",
+                                    help="Load each exported vLLM setting in vLLM (`make vllm`) and decode "
+                                    "the trial's first N prompts: tokens and drafts as measured."),
     root: Path = ROOT,
 ) -> None:
     """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
     provenance), chosen at each batch size; routes.yaml (the fastest config per batch size and
     accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
-    all`, the fastest) and the sweep's plots."""
+    all`, the fastest; and vLLM's K-by-batch-size setting where the sizes chose different K)
+    and the sweep's plots. With --verify-vllm, exit code 1 when vLLM decodes an export
+    otherwise than measured."""
     from orchestrator.analysis.export import check_out, export_configs, parse_floors, parse_where
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.study import load_sweep
@@ -203,6 +208,10 @@ def export(
     levels = parse_floors(floors)
     if where is not None:
         parse_where(where)
+    if verify_vllm:
+        from workloads.serving.vllm import vllm_python
+
+        vllm_python()  # set up, before anything is written
     check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))
@@ -212,3 +221,8 @@ def export(
     if not paths:
         print("error: no frontier config matches --where", file=sys.stderr)
         raise typer.Exit(1)
+    if verify_vllm:
+        from orchestrator.analysis.verify import verify_exports
+
+        if not verify_exports(out, paths, study.user_attrs["tracking_uri"], verify_vllm, typer.echo):
+            raise typer.Exit(1)

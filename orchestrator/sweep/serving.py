@@ -3,12 +3,12 @@
 A worker keeps, per pair, one vLLM server with the trial's speculative settings and one
 without speculation, the control; a trial whose settings differ restarts the first (the start
 time goes into the shard's result, so the run logs it). A shard is served as one load at the
-trial's concurrency, right after an untimed warm-up on a newly started server, then the same
-prompts as one load on the control server at the same concurrency, timed back to back with it
-(the honest-ratio rule of specsweep's `ar` controls). Each record is one request (its TTFT,
-TPOT and latency); the shard is one batch, whose wall time is the load's. At concurrency 1
-each request has its own spec-decode counters; above it the shard's counters go on its first
-record, so they sum over a trial as specsweep's do.
+trial's concurrency (after an untimed load the first time a server serves that concurrency:
+load.warm), then the same prompts as one load on the control server at the same concurrency,
+timed back to back with it (the honest-ratio rule of specsweep's `ar` controls). Each record
+is one request (its TTFT, TPOT and latency); the shard is one batch, whose wall time is the
+load's. At concurrency 1 each request has its own spec-decode counters; above it the shard's
+counters go on its first record, so they sum over a trial as specsweep's do.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import time
 
 from workloads.models.pair import refs
 from workloads.serving.config import ServingConfig
-from workloads.serving.load import serve
+from workloads.serving.load import serve, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
-
-WARMUP = 2  # untimed requests on a newly started server
 
 
 class Engines:
@@ -36,14 +34,14 @@ class Engines:
         settings = EngineSettings.of(refs(self.pair_specs[pair]), config)
         slot = (pair, settings.speculative is not None)
         server = self.servers.get(slot)
-        if server is not None and server.settings == settings:
-            return server, 0.0
-        if server is not None:
-            server.stop()
-        server = VllmServer(settings)
-        self.servers[slot] = server
-        started = server.start()
-        serve(server, [warm_up] * WARMUP, ServingConfig(max_new_tokens=config.max_new_tokens))
+        started = 0.0
+        if server is None or server.settings != settings:
+            if server is not None:
+                server.stop()
+            server = VllmServer(settings)
+            self.servers[slot] = server
+            started = server.start()
+        warm(server, warm_up, config)
         return server, started
 
     def close(self) -> None:

@@ -295,3 +295,11 @@ def trial_run_ids(study) -> dict[int, str]:
     if not uri or not parent:
         return {}
     return {n: run.info.run_id for n, run in trial_runs(MlflowClient(tracking_uri=uri), parent).items()}
+
+
+def logged_records(client: MlflowClient, run_id: str) -> list[dict] | None:
+    """A run's per-prompt records (its prompts.jsonl) in index order; None when it has none."""
+    if "prompts.jsonl" not in {a.path for a in client.list_artifacts(run_id)}:
+        return None
+    text = Path(client.download_artifacts(run_id, "prompts.jsonl")).read_text()
+    return sorted((json.loads(line) for line in text.splitlines()), key=lambda r: r["index"])

@@ -78,6 +78,10 @@ class PairKind:
         """W, the tokens drafted per iteration at block size B."""
         return block
 
+    def block_for(self, width: int) -> int:
+        """B, the block size that drafts `width` tokens per iteration (inverse of draft_width)."""
+        return next(b for b in range(self.min_block, width + 2) if self.draft_width(b) == width)
+
     def one_step(self, schedule: str) -> bool:
         """The draft comes out of the verify call: no K or τ to choose."""
         return False

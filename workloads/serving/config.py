@@ -13,6 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from workloads.decoding.config import DecodeConfig
+from workloads.decoding.kinds import PairKind
+
 METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
 ENGINES = ("specsweep", "vllm")
 
@@ -59,6 +62,19 @@ class ServingConfig:
         if drafter is None:
             raise ServingError(f"method: {self.method} needs a drafter; this pair has none")
         return {**config, "model": drafter}
+
+    def decode_config(self, kind: PairKind) -> DecodeConfig:
+        """The configuration of specsweep's engine that decodes as this one does on a pair of
+        `kind`: its drafter's method drafts `num_speculative_tokens` in one pass per
+        verification from the newest features, lossless, so `linear`, K = 1, at the block
+        whose draft width is num_speculative_tokens; the same sampling and length."""
+        if kind.serving_method is None or self.method != kind.serving_method:
+            served = f"; use {kind.serving_method}" if kind.serving_method else ""
+            raise ServingError(f"method: {self.method} has no counterpart in specsweep's engine on a "
+                               f"{kind.name} pair{served}")
+        return DecodeConfig(schedule="linear", block=kind.block_for(self.num_speculative_tokens), steps=1,
+                            rule="lossless", temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                            seed=self.seed, stop=self.stop)
 
     def unspeculative(self) -> ServingConfig:
         """The same load without speculation: the control a trial's speed is compared with."""

@@ -87,3 +87,12 @@ def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -
     with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
         served = list(pool.map(lambda p: _stream(server, p, config), prompts))
     return served, time.perf_counter() - began
+
+
+def warm(server: VllmServer, prompt: list[int], config: ServingConfig) -> None:
+    """An untimed load of `prompt` the first time `server` serves `config.concurrency`
+    requests in flight (at least two requests): the first batches of a shape pay one-time
+    costs (allocation, kernel selection) no later load pays."""
+    if config.concurrency not in server.warmed:
+        serve(server, [prompt] * max(2, config.concurrency), config)
+        server.warmed.add(config.concurrency)

@@ -52,6 +52,10 @@ class EngineSettings:
     speculative: str | None  # vLLM's speculative_config, as JSON
     dtype: str = "float32"
     max_model_len: int | None = None
+    workaround: bool = True  # the plugin's kernel workaround where the check finds the defect
+
+    def environment(self) -> dict[str, str]:
+        return {"SPECSWEEP_VLLM_WORKAROUND": "on" if self.workaround else "off"}
 
     @classmethod
     def of(cls, checkpoints: dict[str, str], config: ServingConfig) -> EngineSettings:
@@ -61,7 +65,9 @@ class EngineSettings:
         return cls(checkpoints["verifier"], None if speculative is None else json.dumps(speculative))
 
     def arguments(self) -> list[str]:
-        args = ["--model", self.model, "--dtype", self.dtype, "--enforce-eager"]
+        # no prefix cache: a measurement serves the same prompts again (its warm-up, the next
+        # trial, a control on the same server), which would then skip their prefill
+        args = ["--model", self.model, "--dtype", self.dtype, "--enforce-eager", "--no-enable-prefix-caching"]
         if self.speculative is not None:
             args += ["--speculative-config", self.speculative]
         if self.max_model_len is not None:
@@ -94,11 +100,13 @@ class VllmServer:
         self.process: subprocess.Popen | None = None
         self.report: dict = {}
         self.start_s = 0.0
+        self.warmed: set[int] = set()  # the concurrencies it has served an untimed load at
 
     def start(self, timeout: float = 600) -> float:
         """Start the server and wait for /health; the seconds it took. ServingError with the
         log's last line when it exits or does not come up."""
-        env = {**os.environ, **CPU_ENV, **QUIET_ENV, "SPECSWEEP_VLLM_REPORT": str(self.dir / "report.json")}
+        env = {**os.environ, **CPU_ENV, **QUIET_ENV, **self.settings.environment(),
+               "SPECSWEEP_VLLM_REPORT": str(self.dir / "report.json")}
         command = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
                    "--port", str(self.port), *self.settings.arguments()]
         began = time.perf_counter()
@@ -117,6 +125,18 @@ class VllmServer:
             time.sleep(0.5)
         self.stop()
         raise ServingError(f"engine: vllm did not serve within {timeout:.0f} s (log: {self.log})")
+
+    def kernel_check(self) -> str:
+        """What the plugin found and did, in one line."""
+        if not self.report:
+            return "vLLM kernel check: no report (the plugin did not run; run `make vllm`)"
+        if not self.report.get("rms_norm_row_zero_defect"):
+            return "vLLM kernel check: rms_norm is right; nothing worked around"
+        if not self.report.get("workaround", True):
+            return ("vLLM kernel check: rms_norm row-0 defect found, workaround off "
+                    "(multi-layer DFlash drafts normalise context K with layer 0's weight)")
+        return ("vLLM kernel check: rms_norm row-0 defect found, worked around in "
+                + (", ".join(self.report.get("patched", [])) or "no loaded module"))
 
     def _healthy(self) -> bool:
         try:

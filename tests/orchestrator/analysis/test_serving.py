@@ -1,6 +1,6 @@
 """Serving-engine settings of exported DFlash configurations."""
 
-from orchestrator.analysis.serving import dflash_serving
+from orchestrator.analysis.serving import dflash_serving, k_schedule
 from workloads.decoding.kinds import DFLASH
 
 BASE = {"schedule": "linear", "block": 16, "steps": 1, "threshold": None, "rule": "lossless", "leniency": 0.0}
@@ -21,3 +21,22 @@ def test_settings_no_engine_has_are_named_instead_of_mapped():
     assert serving["specsweep_only"] == ["schedule packed", "steps 2", "rule linear (leniency 0.5)"]
     tau = dflash_serving(DFLASH, "d", {**BASE, "steps": None, "threshold": 0.9})
     assert tau["specsweep_only"] == ["threshold 0.9"]
+
+
+def _served(k):
+    return {"vllm": {"speculative_config": None if k == 0 else {"method": "dflash", "model": "d",
+                                                                  "num_speculative_tokens": k}}}
+
+
+def test_a_k_schedule_covers_every_batch_size_from_one_with_the_k_chosen_at_or_below_it():
+    schedule = k_schedule({1: _served(7), 4: _served(0), 16: _served(3)})
+    assert schedule == {"method": "dflash", "model": "d", "num_speculative_tokens": 7,
+                        "num_speculative_tokens_per_batch_size": [[1, 1, 7], [2, 4, 0], [5, 16, 3]]}
+
+
+def test_no_k_schedule_for_one_k_another_method_or_a_size_no_engine_serves():
+    assert k_schedule({1: _served(7), 4: _served(7)}) is None
+    other = {"vllm": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}}
+    assert k_schedule({1: _served(7), 4: other}) is None
+    assert k_schedule({1: _served(7), 4: {"specsweep_only": ["steps 2"]}}) is None
+    assert k_schedule({1: _served(0), 4: _served(0)}) is None

@@ -1,20 +1,14 @@
 """A sweep under the vllm engine, for real (`make vllm`): Ray worker, vLLM servers, MLflow."""
 
-import pytest
 import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.cli import app
+from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
-from workloads.serving.config import ServingError
-from workloads.serving.vllm import vllm_python
 
-pytestmark = pytest.mark.slow
-try:
-    vllm_python()
-except ServingError as err:
-    pytestmark = [pytest.mark.slow, pytest.mark.skip(reason=str(err))]
+pytestmark = needs_vllm
 
 
 def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
@@ -38,8 +32,13 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     if not torch.cuda.is_available():  # vLLM CPU's rms_norm defect: found, worked around, and said so
         assert "DFlashQwen3Model" in runs["dflash"].data.tags["specsweep.vllm_workaround"]
     out = tmp_path / "exported"
-    assert runner.invoke(app, ["export", "served", "--root", str(tmp_path), "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["export", "served", "--root", str(tmp_path), "--out", str(out),
+                                 "--verify-vllm", "4"])
+    assert result.exit_code == 0, result.output  # vLLM loads each export and decodes as measured
     exported = [yaml.safe_load(p.read_text()) for p in out.glob("trial*.yaml")]
+    verified = [d["serving"]["vllm"]["verified"] for d in exported if "verified" in d["serving"]["vllm"]]
+    assert verified and all(v["passed"] and v["tokens_identical"] == v["compared"] for v in verified)
+    assert "PASS" in result.output and "prompts 0-1: same" not in result.output
     speculative = [d["serving"]["vllm"]["speculative_config"] for d in exported]
     assert {"method": "dflash", "num_speculative_tokens": 3} in [
         {k: s[k] for k in ("method", "num_speculative_tokens")} for s in speculative if s]

@@ -1,0 +1,137 @@
+"""An export checked in vLLM: its `speculative_config` loaded as written, and the first of the
+sweep's prompts decoded greedily, each held to what the sweep measured (the trial's logged
+records): the same tokens, and the same drafts, drafted and accepted tokens.
+
+A trial measured in vLLM above concurrency 1 counted its drafts per load (sweep.serving), so
+its prompts are compared one by one on tokens and load by load on the counters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from workloads.models.pair import load_tokenizer, refs
+from workloads.serving.config import ServingConfig, ServingError
+from workloads.serving.conformance import Conformance, Decoded, compare, served
+from workloads.serving.load import serve
+from workloads.serving.vllm import EngineSettings, VllmServer
+
+
+def serving_config(document: dict) -> ServingConfig:
+    """The load an export's vLLM setting serves: its method and drafts, the measured length,
+    sampling and stop strings; ServingError naming why it cannot be verified."""
+    serving = document.get("serving") or {}
+    speculative = serving.get("vllm", {}).get("speculative_config")
+    if not speculative:
+        why = "; ".join(serving.get("specsweep_only", [])) or "it drafts nothing"
+        raise ServingError(f"verify: this export has no vLLM speculative_config ({why})")
+    config = document["config"]
+    if config.get("temperature", 0) != 0:
+        raise ServingError(f"verify: measured at temperature {config['temperature']}; vLLM is checked on "
+                           "greedy tokens (temperature 0)")
+    return ServingConfig(method=speculative["method"], max_new_tokens=config["max_new_tokens"],
+                         num_speculative_tokens=speculative["num_speculative_tokens"],
+                         stop=tuple(config.get("stop") or ()))
+
+
+def _by_load(decoded: list[Decoded], records: list[dict]) -> tuple[list[Decoded], list[str]]:
+    """Decoded summed over each load (records sharing `batch`): tokens joined, counters added."""
+    loads: dict[int, list[tuple[dict, Decoded]]] = {}
+    for record, one in zip(records, decoded):
+        loads.setdefault(record["batch"], []).append((record, one))
+    out, labels = [], []
+    for members in loads.values():
+        counters = (sum(getattr(d, n) for _, d in members) for n in ("iterations", "drafted", "accepted"))
+        out.append(Decoded(tuple(t for _, d in members for t in d.token_ids), *counters))
+        labels.append(f"prompts {members[0][0]['index']}-{members[-1][0]['index']}")
+    return out, labels
+
+
+def first_records(records: list[dict], n: int) -> list[dict]:
+    """The first `n` records by index, and the rest of the last one's load (records sharing
+    `batch` were counted together)."""
+    ordered = sorted(records, key=lambda r: r["index"])
+    chosen = ordered[:n]
+    return chosen + [r for r in ordered[n:] if chosen and r["batch"] == chosen[-1]["batch"]]
+
+
+def verify(document: dict, records: list[dict]) -> Conformance:
+    """Serve `records`' prompts (the trial's logged records, in index order) one at a time on a
+    vLLM server started with the export's setting; compare each with its record."""
+    config = serving_config(document)
+    speculative = document["serving"]["vllm"]["speculative_config"]
+    tokenizer = load_tokenizer(document["pair"])
+    server = VllmServer(EngineSettings(refs(document["pair"])["verifier"], json.dumps(speculative)))
+    server.start()
+    try:
+        theirs = served(server, [tokenizer(r["prompt"], verbose=False).input_ids for r in records], config)
+        kernel_check = server.kernel_check()
+    finally:
+        server.stop()
+    ours = [Decoded.of(r) for r in records]
+    measured = document["config"]
+    if measured.get("engine") == "vllm" and measured.get("concurrency", 1) > 1:
+        (ours, labels), (theirs, _) = _by_load(ours, records), _by_load(theirs, records)
+    else:
+        labels = [f"prompt {r['index']}" for r in records]
+    return compare(ours, theirs, config, kernel_check, reference="measured", labels=labels)
+
+
+def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> str:
+    """Load a K-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
+    (batch size 1): each verification must draft the K of the range holding 1. One line."""
+    ranges = speculative["num_speculative_tokens_per_batch_size"]
+    tokenizer = load_tokenizer(pair)
+    server = VllmServer(EngineSettings(refs(pair)["verifier"], json.dumps(speculative)))
+    server.start()
+    try:
+        alone, _ = serve(server, [tokenizer(p, verbose=False).input_ids for p in prompts],
+                         ServingConfig(method=speculative["method"], max_new_tokens=16,
+                                       num_speculative_tokens=speculative["num_speculative_tokens"]))
+    finally:
+        server.stop()
+    want = ranges[0][2]
+    drafted = [s.counters.drafted / max(s.counters.iterations, 1) for s in alone]
+    if any(d != want for d in drafted):
+        raise ServingError(f"verify: vLLM loaded num_speculative_tokens_per_batch_size {ranges} but drafted "
+                           f"{sorted(set(drafted))} a verification at batch size 1, not {want}")
+    return (f"vLLM loaded num_speculative_tokens_per_batch_size {ranges} (num_speculative_tokens "
+            f"{speculative['num_speculative_tokens']}) and drafted {want} a verification at batch size 1, "
+            f"as the first range says, on {len(alone)} prompts")
+
+
+def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callable[[str], None]) -> bool:
+    """Verify each written config in vLLM on its trial's first `n` prompts and write what it
+    found into the file (`serving.vllm.verified`); load by_batch_size.yaml's K schedule where
+    it has one. One line each; whether every check passed."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.files import write_atomic
+    from orchestrator.sweep.tracking import logged_records
+
+    client, passed = MlflowClient(uri), True
+    for path in (p for p in written if p.name.startswith("trial")):
+        document = yaml.safe_load(path.read_text())
+        try:
+            serving_config(document)
+        except ServingError as err:
+            say(f"{path.name}: not verified: {str(err).removeprefix('verify: ')}")
+            continue
+        records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
+        result = verify(document, first_records(records, n))
+        document["serving"]["vllm"]["verified"] = result.summary()
+        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])
+                                if result.passed else "\n  ".join(result.lines())))
+        passed &= result.passed
+    table = yaml.safe_load((out / "by_batch_size.yaml").read_text())
+    if "vllm" in table:
+        first = next(iter(table["by_batch_size"].values()))
+        records = logged_records(client, first["provenance"]["mlflow_run_id"]) or []
+        say("by_batch_size.yaml: " + verify_schedule(first["pair"], table["vllm"]["speculative_config"],
+                                                     [r["prompt"] for r in records[:n]]))
+    return passed

@@ -1,0 +1,56 @@
+"""Conformance between specsweep's engine and vLLM: the check passes on the shared toy DFlash
+server (the plugin's workaround on) and fails, prompt by prompt, on stock vLLM CPU (off)."""
+
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from tests.needs_vllm import on_vllm
+from tests.workloads.serving.engines import DFLASH
+from workloads.serving.conformance import Conformance, Decoded, PromptCheck, check
+
+runner = CliRunner()
+
+
+def _prompt(index, ours, theirs):
+    return PromptCheck(f"prompt {index}", Decoded(*ours), Decoded(*theirs))
+
+
+def test_a_prompt_diff_names_where_tokens_part_and_the_counters_that_differ():
+    same = _prompt(0, ((1, 2, 3), 2, 14, 3), ((1, 2, 3), 2, 14, 3))
+    other = _prompt(1, ((1, 2, 3, 4), 2, 14, 5), ((1, 2, 9, 4), 2, 14, 4))
+    assert same.same_tokens and same.same_acceptance and same.diff() == "prompt 0: same"
+    assert other.diff() == "prompt 1: tokens part at 2 (4 / 4 tokens); accepted 5 / 4"
+    result = Conformance(DFLASH, (same, other), "vLLM kernel check: rms_norm is right; nothing worked around")
+    lines = result.lines()
+    assert not result.passed and "FAIL" in lines[0]
+    assert "1/2 prompts" in lines[1] and "1/2 prompts" in lines[2] and "specsweep 8/28, vllm 7/28" in lines[2]
+    assert lines[-1].strip() == other.diff()
+
+
+def test_conform_refuses_a_pair_vllm_cannot_serve_in_one_line():
+    result = runner.invoke(app, ["conform", "--pair", "toy"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: pair: toy is a two-model pair, whose drafter vLLM does not "
+                                     "serve; use a DFlash pair")
+
+
+@on_vllm
+def test_vllm_with_the_workaround_decodes_as_specsweep_does(dflash_server, arith):
+    """Greedy: the same tokens and, per prompt, the same drafts, drafted and accepted tokens as
+    specsweep's linear B = 8 K = 1; the drafts were checked and some rejected."""
+    pair, texts, _ = arith
+    result = check(pair, dflash_server, texts, DFLASH)
+    assert result.passed, "\n".join(result.lines())
+    assert all(p.vllm.drafted > p.vllm.accepted > 0 for p in result.prompts)
+    assert "worked around in qwen3_dflash.DFlashQwen3Model" in result.kernel_check
+
+
+@on_vllm
+def test_conform_without_the_workaround_fails_and_shows_each_differing_prompt():
+    """The check has power: stock vLLM CPU drafts with layer 0's context-K norm, which changes
+    what it accepts (the tokens stay the verifier's: verification is lossless)."""
+    result = runner.invoke(app, ["conform", "--no-workaround", "--limit", "8"])
+    assert result.exit_code == 1, result.output
+    assert "FAIL" in result.output and "greedy tokens identical: 8/8 prompts" in result.output
+    assert "workaround off" in result.output and "per prompt (specsweep / vllm):" in result.output
+    assert "accepted " in result.output.split("per prompt")[1]
