@@ -17,7 +17,7 @@ from orchestrator.analysis.metrics import serving_metrics
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models.pair import Pair
 from workloads.serving.config import ServingConfig
-from workloads.serving.load import Served, serve, warm
+from workloads.serving.load import Served, serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
@@ -50,8 +50,10 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
                     load, control = (dataclasses.replace(config, concurrency=c),
                                      ServingConfig(max_new_tokens=max_new_tokens, concurrency=c))
                     warm(server, ids[0], load)
-                    warm(base, ids[0], control)
+                    switch(base, server)
                     served, wall = serve(server, ids, load)
+                    warm(base, ids[0], control)
+                    switch(server, base)
                     plain, plain_wall = serve(base, ids, control)
                     metrics = load_metrics(served, wall)
                     rows.append({"engine": "vllm", "method": method, "k": k, "concurrency": c,

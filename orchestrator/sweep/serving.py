@@ -5,10 +5,11 @@ without speculation, the control; a trial whose settings differ restarts the fir
 time goes into the shard's result, so the run logs it). A shard is served as one load at the
 trial's concurrency (after an untimed load the first time a server serves that concurrency:
 load.warm), then the same prompts as one load on the control server at the same concurrency,
-timed back to back with it (the honest-ratio rule of specsweep's `ar` controls). Each record
-is one request (its TTFT, TPOT and latency); the shard is one batch, whose wall time is the
-load's. At concurrency 1 each request has its own spec-decode counters; above it the shard's
-counters go on its first record, so they sum over a trial as specsweep's do.
+timed back to back with it (the honest-ratio rule of specsweep's `ar` controls), each once the
+other server has stopped polling (load.switch). Each record is one request (its TTFT, TPOT
+and latency); the shard is one batch, whose wall time is the load's. At concurrency 1 each
+request has its own spec-decode counters; above it the shard's counters go on its first
+record, so they sum over a trial as specsweep's do.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 from workloads.models.pair import refs
 from workloads.serving.config import ServingConfig
-from workloads.serving.load import serve, warm
+from workloads.serving.load import serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
@@ -27,6 +28,16 @@ class Engines:
     def __init__(self, pair_specs: dict[str, str | dict]):
         self.pair_specs = pair_specs
         self.servers: dict[tuple[str, bool], VllmServer] = {}
+        self.last: VllmServer | None = None  # the server that served last
+
+    def _turn_to(self, server: VllmServer) -> None:
+        switch(self.last, server)
+        self.last = server
+
+    def serve(self, server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> tuple:
+        """A load on `server` (load.serve), once the server that served before is quiet."""
+        self._turn_to(server)
+        return serve(server, prompts, config)
 
     def server(self, pair: str, config: ServingConfig, warm_up: list[int]) -> tuple[VllmServer, float]:
         """The running server for `config` on `pair`, and the seconds spent starting it now
@@ -41,7 +52,9 @@ class Engines:
             server = VllmServer(settings)
             self.servers[slot] = server
             started = server.start()
-        warm(server, warm_up, config)
+        if config.concurrency not in server.warmed:
+            self._turn_to(server)
+            warm(server, warm_up, config)
         return server, started
 
     def close(self) -> None:
@@ -56,7 +69,7 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
     vLLM plugin found and worked around in the trial's server)."""
     server, started = engines.server(pair, config, prompts[0])
     before = server.counters()
-    served, wall = serve(server, prompts, config)
+    served, wall = engines.serve(server, prompts, config)
     records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
     if config.concurrency > 1:
         spent = server.counters() - before
@@ -69,7 +82,7 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
         plain, plain_started = engines.server(pair, control, prompts[0])
         started += plain_started
         at = time.time()
-        load, load_wall = serve(plain, prompts, control)
+        load, load_wall = engines.serve(plain, prompts, control)
         controls.append({"index": first, "new_tokens": sum(len(s.token_ids) for s in load),
                          "wall_s": load_wall, "at": at})
     return records, controls, started, server.report

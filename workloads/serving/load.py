@@ -89,6 +89,17 @@ def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -
     return served, time.perf_counter() - began
 
 
+# vLLM's processes keep polling their queues for a second after their last step (the busy
+# loop of its shared-memory broadcast), taking cores from another server's load started then
+BUSY_POLL_S = 1.5
+
+
+def switch(previous: VllmServer | None, server: VllmServer) -> None:
+    """Before a timed load on `server`: wait out the busy polling of the server that served last."""
+    if previous is not None and previous is not server:
+        time.sleep(BUSY_POLL_S)
+
+
 def warm(server: VllmServer, prompt: list[int], config: ServingConfig) -> None:
     """An untimed load of `prompt` the first time `server` serves `config.concurrency`
     requests in flight (at least two requests): the first batches of a shape pay one-time
