@@ -13,7 +13,6 @@ what it worked around (`report`).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 from workloads.serving.config import ServingConfig, ServingError
 
 ROOT = Path(__file__).resolve().parents[2]
+GUARD = Path(__file__).with_name("guard.py")  # run by the vLLM venv's Python
 # CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache, no
 # thread pinning (workers share the machine's cores)
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
@@ -75,13 +75,6 @@ class EngineSettings:
         return args
 
 
-def _die_with_parent() -> None:
-    """In the server's process: SIGTERM when the process that started it dies (Linux's
-    PR_SET_PDEATHSIG), so a worker killed mid-trial leaves no server behind."""
-    with contextlib.suppress(OSError):  # not Linux: stop() is then the only way out
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,12 +100,13 @@ class VllmServer:
         log's last line when it exits or does not come up."""
         env = {**os.environ, **CPU_ENV, **QUIET_ENV, **self.settings.environment(),
                "SPECSWEEP_VLLM_REPORT": str(self.dir / "report.json")}
-        command = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
-                   "--port", str(self.port), *self.settings.arguments()]
+        python = str(vllm_python())
+        command = [python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server", "--host",
+                   "127.0.0.1", "--port", str(self.port), *self.settings.arguments()]
         began = time.perf_counter()
-        with open(self.log, "w") as log:
+        with open(self.log, "w") as log:  # the guard leads a new process group: the server and its engine
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+                                            start_new_session=True)
         while time.perf_counter() - began < timeout:
             if self.process.poll() is not None:
                 raise ServingError(f"engine: vllm exited ({self.process.returncode}) while starting: "
@@ -151,13 +145,18 @@ class VllmServer:
         return (errors or lines or ["no output"])[-1][:300]
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, 15)  # the server and the engine processes it started
+        """Stop the server and every process it started (its process group)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()  # the guard stops the server, then kills the group
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
+                self.process.kill()
                 self.process.wait()
+        with contextlib.suppress(ProcessLookupError):  # whatever outlived the guard
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process = None
 
     def counters(self) -> Counters:

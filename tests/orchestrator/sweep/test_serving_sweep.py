@@ -1,5 +1,8 @@
 """A sweep under the vllm engine, for real (`make vllm`): Ray worker, vLLM servers, MLflow."""
 
+import subprocess
+import time
+
 import torch
 import yaml
 from mlflow.tracking import MlflowClient
@@ -11,13 +14,22 @@ from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 pytestmark = needs_vllm
 
 
+def _engines() -> set[str]:
+    return set(subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split())
+
+
 def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
+    before = _engines()
     data = {**GOOD, "name": "served", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
             "space": {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [3],
                       "concurrency": [2], "max_new_tokens": 16},
             "search": {"sampler": "grid", "trials": 2, "parallel": 1}}
     result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
+    deadline = time.monotonic() + 15
+    while _engines() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _engines() - before  # the workers' servers left no engine process behind
     assert "vllm dflash" in result.output and "2/2 failed 0" in result.output
     assert "throughput_ratio" in result.output  # against vLLM without speculation, per concurrency
     client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")

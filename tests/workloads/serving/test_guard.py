@@ -1,0 +1,69 @@
+"""A vLLM server leaves no process behind: not when stopped, not when the process that
+started it is killed with requests in flight."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.needs_vllm import needs_vllm
+
+pytestmark = needs_vllm
+
+# a process that starts the toy DFlash server, puts 4 requests in flight and waits to be killed
+STARTER = """
+import threading, time
+from tests.workloads.serving.engines import DFLASH
+from workloads.models.pair import BUNDLED
+from workloads.serving.load import serve
+from workloads.serving.vllm import EngineSettings, VllmServer
+server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH))
+server.start()
+for _ in range(4):
+    threading.Thread(target=serve, args=(server, [[1, 2, 3]] * 50, DFLASH), daemon=True).start()
+print(server.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_killing_the_process_that_started_a_server_takes_down_all_of_its_processes():
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
+                               cwd=os.getcwd())
+    group = int(starter.stdout.readline())
+    time.sleep(2)  # requests in flight
+    members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+    assert len(members) >= 3  # the guard, the API server, the engine core (and its worker)
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    deadline = time.monotonic() + 60
+    while _alive(group) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _alive(group), subprocess.run(["ps", "-o", "pid,comm", "-g", str(group)], capture_output=True,
+                                             text=True).stdout
+
+
+def test_a_guard_killed_outright_still_takes_down_its_server():
+    """Ray kills a dead worker's children with SIGKILL, which no handler sees: the guard's
+    watchdog does."""
+    from tests.workloads.serving.engines import DFLASH
+    from workloads.models.pair import BUNDLED
+    from workloads.serving.vllm import EngineSettings, VllmServer
+
+    server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH))
+    server.start()
+    group = server.process.pid
+    os.kill(group, signal.SIGKILL)
+    server.process.wait()
+    deadline = time.monotonic() + 30
+    while _alive(group) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _alive(group)
