@@ -9,6 +9,7 @@ import typer
 from orchestrator.commands import bench, conform, decode, model, sweep, tasks, toy
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 app = typer.Typer(
     help="Find the speed/quality Pareto frontier of speculative diffusion decoding.",

@@ -51,11 +51,18 @@ def _by_load(decoded: list[Decoded], records: list[dict]) -> tuple[list[Decoded]
     return out, labels
 
 
-def first_records(records: list[dict], n: int) -> list[dict]:
-    """The first `n` records by index, and the rest of the last one's load (records sharing
-    `batch` were counted together)."""
+def per_load(config: dict) -> bool:
+    """Whether a trial counted its drafts per load, not per prompt: vLLM above concurrency 1."""
+    return config.get("engine") == "vllm" and config.get("concurrency", 1) > 1
+
+
+def first_records(records: list[dict], n: int, whole_loads: bool = False) -> list[dict]:
+    """The first `n` records by index; `whole_loads`: and the rest of the last one's load
+    (records sharing `batch`, counted together)."""
     ordered = sorted(records, key=lambda r: r["index"])
     chosen = ordered[:n]
+    if not whole_loads:
+        return chosen
     return chosen + [r for r in ordered[n:] if chosen and r["batch"] == chosen[-1]["batch"]]
 
 
@@ -73,8 +80,7 @@ def verify(document: dict, records: list[dict]) -> Conformance:
     finally:
         server.stop()
     ours = [Decoded.of(r) for r in records]
-    measured = document["config"]
-    if measured.get("engine") == "vllm" and measured.get("concurrency", 1) > 1:
+    if per_load(document["config"]):
         (ours, labels), (theirs, _) = _by_load(ours, records), _by_load(theirs, records)
     else:
         labels = [f"prompt {r['index']}" for r in records]
@@ -122,7 +128,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
             say(f"{path.name}: not verified: {str(err).removeprefix('verify: ')}")
             continue
         records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
-        result = verify(document, first_records(records, n))
+        result = verify(document, first_records(records, n, per_load(document["config"])))
         document["serving"]["vllm"]["verified"] = result.summary()
         write_atomic(path, yaml.safe_dump(document, sort_keys=False))
         say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])

@@ -93,15 +93,16 @@ class Conformance:
     def lines(self) -> list[str]:
         """A summary line per measure, then a diff line per prompt that differs (specsweep / vllm)."""
         n = len(self.prompts)
+        unit = "loads" if self.prompts and self.prompts[0].label.startswith("prompts ") else "prompts"
         c = self.config
         rate = {side: f"{sum(getattr(p, side).accepted for p in self.prompts)}/"
                       f"{sum(getattr(p, side).drafted for p in self.prompts)}"
                 for side in ("reference", "vllm")}
         out = [f"conformance of {c.method} num_speculative_tokens={c.num_speculative_tokens}, greedy, "
                f"{c.max_new_tokens} new tokens: {'PASS' if self.passed else 'FAIL'}",
-               f"  greedy tokens identical: {sum(p.same_tokens for p in self.prompts)}/{n} prompts",
+               f"  greedy tokens identical: {sum(p.same_tokens for p in self.prompts)}/{n} {unit}",
                f"  drafts, drafted, accepted identical: {sum(p.same_acceptance for p in self.prompts)}/{n} "
-               f"prompts (accepted/drafted: {self.reference} {rate['reference']}, vllm {rate['vllm']})",
+               f"{unit} (accepted/drafted: {self.reference} {rate['reference']}, vllm {rate['vllm']})",
                f"  {self.kernel_check}"]
         differing = [p for p in self.prompts if not (p.same_tokens and p.same_acceptance)]
         if differing:

@@ -14,8 +14,9 @@ DFLASH = {"pair": "toy-dflash", "config": {"schedule": "linear", "block": 8, "st
 
 def test_the_records_verified_are_the_first_n_and_the_rest_of_the_last_ones_load():
     records = [{"index": i, "batch": i - i % 4} for i in (5, 0, 3, 1, 2, 4, 6, 7)]
-    assert [r["index"] for r in first_records(records, 2)] == [0, 1, 2, 3]
-    assert [r["index"] for r in first_records(records, 5)] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert [r["index"] for r in first_records(records, 2)] == [0, 1]
+    assert [r["index"] for r in first_records(records, 2, whole_loads=True)] == [0, 1, 2, 3]
+    assert [r["index"] for r in first_records(records, 5, whole_loads=True)] == [0, 1, 2, 3, 4, 5, 6, 7]
 
 
 def test_a_load_counted_as_one_is_compared_as_one():
