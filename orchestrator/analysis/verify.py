@@ -27,7 +27,8 @@ def serving_config(document: dict) -> ServingConfig:
     serving = document.get("serving") or {}
     speculative = serving.get("vllm", {}).get("speculative_config")
     if not speculative:
-        why = "; ".join(serving.get("specsweep_only", [])) or "it drafts nothing"
+        why = "; ".join(serving.get("specsweep_only", [])) or ("no drafts" if "vllm" in serving else
+                                                                "vLLM serves no drafter of this pair")
         raise ServingError(f"verify: this export has no vLLM speculative_config ({why})")
     config = document["config"]
     if config.get("temperature", 0) != 0:
