@@ -288,3 +288,29 @@ def serve_bench(
                              max_new_tokens, say)
     rows += serving.specsweep_rows(loaded, prompts, widths, sizes, max_new_tokens, say)
     _show(_json(rows) if as_json else serving.table(rows))
+
+
+@app.command("predict")
+@user_errors
+def predict_bench(
+    serving: str = typer.Argument(..., metavar="SERVING_SWEEP", help="A vLLM sweep of the pair."),
+    research: str = typer.Option(None, "--research", help="A specsweep sweep whose frontier to predict."),
+    method: str = typer.Option("dflash", help="The drafter's vLLM method the model is calibrated on."),
+    root: str = typer.Option(".", "--root"),
+) -> None:
+    """vLLM's speed for configurations it has no setting for: the throughput model calibrated on
+    SERVING_SWEEP's trials per concurrency, each drafting trial predicted from the others (the
+    model's error), then --research's frontier configurations, predicted."""
+    from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.bench.prediction import predictions, validation_table, vllm_trials
+    from orchestrator.sweep.study import load_sweep
+
+    _, study = load_sweep(Path(root), serving)
+    trials = vllm_trials(study)
+    if not trials:
+        raise ValueError(f"SERVING_SWEEP: {serving} has no finished vLLM trials")
+    lines = validation_table(trials, method)
+    if research is not None:
+        spec, other = load_sweep(Path(root), research)
+        lines += predictions(trials, method, frontier_rows(spec, other, {}), spec.pair_kinds)
+    _show(lines)
