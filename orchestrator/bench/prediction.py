@@ -15,19 +15,19 @@ def vllm_trials(study) -> list[dict]:
     out = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         config, metrics = t.user_attrs["config"], t.user_attrs.get("metrics", {})
-        if config.get("engine") == "vllm" and metrics.get("throughput_tps"):
+        if config.get("engine") == "vllm" and metrics.get("throughput_ratio"):
             out.append({**{k: config[k] for k in ("method", "num_speculative_tokens", "concurrency")},
-                        "throughput_tps": metrics["throughput_tps"],
+                        **{k: metrics[k] for k in ("throughput_tps", "throughput_ratio")},
                         "mean_accept_len": metrics.get("mean_accept_len", 0.0)})
     return out
 
 
 def validation_table(trials: list[dict], method: str) -> list[str]:
-    """Each drafting trial predicted from the others at its concurrency; the largest error per
-    concurrency."""
-    rows = validate(trials, method)
+    """Each drafting trial's ratio against no speculation predicted from the others at its
+    concurrency; the largest error per concurrency."""
+    rows = sorted(validate(trials, method), key=lambda r: (r["concurrency"], r["width"]))
     lines = [f"{'conc':>4} {'K':>2} {'predicted':>9} {'measured':>9} {'error':>7}"]
-    lines += [f"{r['concurrency']:>4} {r['width']:>2} {r['predicted_tps']:9.1f} {r['measured_tps']:9.1f} "
+    lines += [f"{r['concurrency']:>4} {r['width']:>2} {r['predicted']:8.2f}x {r['measured']:8.2f}x "
               f"{r['error']:+7.1%}" for r in rows]
     for c in sorted({r["concurrency"] for r in rows}):
         worst = max(abs(r["error"]) for r in rows if r["concurrency"] == c)
@@ -49,7 +49,10 @@ def predictions(trials: list[dict], method: str, rows: list[dict], kinds: dict) 
             continue
         blocked = specsweep_only(config)
         alpha = metrics.get("mean_accept_len", 0.0)
-        width, passes = kind.draft_width(config["block"]), drafter_passes(alpha, metrics["tokens_per_nfe"])
+        width = kind.draft_width(config["block"])
+        # K passes a block; under τ as many as it took, from the forward passes counted
+        passes = config["steps"] if config.get("threshold") is None else drafter_passes(
+            alpha, metrics["tokens_per_nfe"])
         cells = ", ".join(f"c={c} {cost.throughput(alpha, width, passes):.0f} tok/s "
                           f"({cost.ratio(alpha, width, passes):.2f}x)" for c, cost in costs.items())
         lines.append(f"trial {row['trial']} ({'; '.join(blocked) or 'servable'}; W={width}, ᾱ={alpha:.2f}, "

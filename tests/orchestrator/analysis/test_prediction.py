@@ -5,24 +5,25 @@ import pytest
 
 from orchestrator.analysis.prediction import IterationCosts, calibrate, drafter_passes, validate
 
-COSTS = {1: IterationCosts(1, 0.006, 0.0002, 0.003), 16: IterationCosts(16, 0.0007, 0.0003, 0.0002)}
+COSTS = {1: IterationCosts(1, 0.03, 0.5, 170.0), 16: IterationCosts(16, 0.4, 0.3, 1400.0)}
 ALPHA = {1: 0.8, 3: 2.3, 5: 3.9, 7: 4.6}
 
 
-def _trials(costs=COSTS):
+def _trials():
     trials = []
-    for c, cost in costs.items():
+    for c, cost in COSTS.items():
         trials.append({"method": "none", "num_speculative_tokens": 0, "concurrency": c,
-                       "mean_accept_len": 0.0, "throughput_tps": 1 / cost.verify})
+                       "mean_accept_len": 0.0, "throughput_tps": cost.none_tps, "throughput_ratio": 1.0})
         trials += [{"method": "dflash", "num_speculative_tokens": w, "concurrency": c, "mean_accept_len": a,
-                    "throughput_tps": cost.throughput(a, w, 1.0)} for w, a in ALPHA.items()]
+                    "throughput_tps": cost.throughput(a, w, 1.0), "throughput_ratio": cost.ratio(a, w, 1.0)}
+                   for w, a in ALPHA.items()]
     return trials
 
 
 def test_the_model_follows_its_formulas():
     cost = COSTS[1]
-    assert cost.seconds(7, 2.0) == pytest.approx(0.006 + 7 * 0.0002 + 2 * 0.003)
-    assert cost.ratio(4.6, 7, 1.0) == pytest.approx(5.6 * 0.006 / (0.006 + 7 * 0.0002 + 0.003))
+    assert cost.ratio(4.6, 7, 2.0) == pytest.approx(5.6 / (1 + 7 * 0.03 + 2 * 0.5))
+    assert cost.throughput(4.6, 7, 2.0) == pytest.approx(170.0 * cost.ratio(4.6, 7, 2.0))
     assert cost.ratio(0.0, 0, 0.0) == pytest.approx(1.0)
     assert drafter_passes(accept_len=3.0, tokens_per_nfe=4 / 3) == pytest.approx(2.0)  # K = 2: 3 passes
     assert drafter_passes(accept_len=3.0, tokens_per_nfe=5.0) == 0.0  # drafts inside the verify call
@@ -30,14 +31,14 @@ def test_the_model_follows_its_formulas():
 
 def test_calibration_recovers_the_costs_per_concurrency():
     for c, cost in calibrate(_trials(), "dflash").items():
-        assert (cost.verify, cost.per_draft, cost.draft_pass) == pytest.approx(
-            (COSTS[c].verify, COSTS[c].per_draft, COSTS[c].draft_pass))
+        assert (cost.per_draft, cost.draft_pass, cost.none_tps) == pytest.approx(
+            (COSTS[c].per_draft, COSTS[c].draft_pass, COSTS[c].none_tps))
 
 
 def test_a_trial_left_out_is_predicted_from_the_rest():
     rows = validate(_trials(), "dflash")
     assert len(rows) == 8 and all(abs(r["error"]) < 1e-9 for r in rows)
     noisy = _trials()
-    noisy[3]["throughput_tps"] *= 1.2  # one trial measured 20% fast
+    noisy[3]["throughput_ratio"] *= 1.2  # one trial measured 20% fast against its control
     errors = {(r["concurrency"], r["width"]): r["error"] for r in validate(noisy, "dflash")}
     assert errors[1, 5] == pytest.approx(1 / 1.2 - 1)
