@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import optuna
+
 from orchestrator.analysis.throughput import fit_line
 
 
@@ -75,3 +77,75 @@ def validate(trials: list[dict], method: str) -> list[dict]:
                      "predicted": predicted, "measured": held["throughput_ratio"],
                      "error": predicted / held["throughput_ratio"] - 1})
     return rows
+
+
+def drafting(kind, config: dict, metrics: dict) -> tuple[int, float, float] | None:
+    """(W, p, ᾱ) of a configuration specsweep measured on a pair of `kind` (decoding.kinds):
+    W its draft width, p its drafter passes an iteration (K a block; under τ as many as it
+    took, from the forward passes counted), ᾱ its mean_accept_len. None where it drafts
+    nothing or was not counted."""
+    if config["schedule"] == "ar" or not metrics.get("tokens_per_nfe"):
+        return None
+    alpha = metrics.get("mean_accept_len", 0.0)
+    passes = config["steps"] if config.get("threshold") is None else drafter_passes(
+        alpha, metrics["tokens_per_nfe"])
+    return kind.draft_width(config["block"]), passes, alpha
+
+
+def predicted(costs: dict[int, IterationCosts], errors: dict[int, float], width: int, passes: float,
+              alpha: float) -> dict[int, dict]:
+    """Per calibrated concurrency: predicted tokens/s and ratio, and the model's largest
+    leave-one-out error there (`errors`)."""
+    return {c: {"throughput_tps": round(cost.throughput(alpha, width, passes), 1),
+                "throughput_ratio": round(cost.ratio(alpha, width, passes), 3),
+                "validation_error": round(errors[c], 3) if c in errors else None}
+            for c, cost in costs.items()}
+
+
+def largest_errors(rows: list[dict]) -> dict[int, float]:
+    """Concurrency -> the largest |error| of `validate`'s rows there."""
+    out: dict[int, float] = {}
+    for r in rows:
+        out[r["concurrency"]] = max(out.get(r["concurrency"], 0.0), abs(r["error"]))
+    return out
+
+
+def vllm_trials(study) -> list[dict]:
+    """The finished vLLM trials of a study, as analysis.prediction reads them."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        config, metrics = t.user_attrs["config"], t.user_attrs.get("metrics", {})
+        if config.get("engine") == "vllm" and metrics.get("throughput_ratio"):
+            out.append({**{k: config[k] for k in ("method", "num_speculative_tokens", "concurrency")},
+                        **{k: metrics[k] for k in ("throughput_tps", "throughput_ratio")},
+                        "mean_accept_len": metrics.get("mean_accept_len", 0.0)})
+    return out
+
+
+def predict_exports(written: list, trials: list[dict], sweep: str, say) -> None:
+    """Write into each exported config that vLLM has no setting for (`serving.specsweep_only`)
+    its predicted vLLM speed per concurrency, from the model calibrated on `trials` of the
+    vLLM sweep `sweep`, with the model's largest leave-one-out error there; marked predicted."""
+    import yaml
+
+    from orchestrator.files import write_atomic
+    from workloads.models.pair import pair_kind
+
+    for path in (p for p in written if p.name.startswith("trial")):
+        document = yaml.safe_load(path.read_text())
+        kind = pair_kind(document["pair"])
+        found = drafting(kind, document["config"], document["metrics"])
+        if "specsweep_only" not in (document.get("serving") or {}) or found is None:
+            continue
+        width, passes, alpha = found
+        method = kind.serving_method
+        errors = largest_errors(validate(trials, method))
+        by_concurrency = predicted(calibrate(trials, method), errors, width, passes, alpha)
+        document["serving"]["predicted_vllm"] = {
+            "predicted": True, "calibrated_on": sweep, "by_concurrency": by_concurrency,
+            "note": "predicted, not measured: the throughput model with vLLM's costs from the calibration "
+                    "sweep; validation_error is the model's largest leave-one-out error there"}
+        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        say(f"{path.name}: predicted in vLLM " + ", ".join(
+            f"c={c} {p['throughput_tps']:.0f} tok/s ({p['throughput_ratio']:.2f}x, model error up to "
+            f"{p['validation_error']:.0%})" for c, p in by_concurrency.items()))

@@ -192,6 +192,9 @@ def export(
     verify_vllm: int = typer.Option(0, "--verify-vllm", min=0, metavar="N",
                                     help="Load each exported vLLM setting in vLLM (`make vllm`) and decode "
                                     "the trial's first N prompts: tokens and drafts as measured."),
+    predict_vllm: str = typer.Option(None, "--predict-vllm", metavar="SERVING_SWEEP",
+                                     help="Write into each config vLLM has no setting for its vLLM speed "
+                                     "predicted from this vLLM sweep of the pair (marked predicted)."),
     root: Path = ROOT,
 ) -> None:
     """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
@@ -212,6 +215,13 @@ def export(
         from workloads.serving.vllm import vllm_python
 
         vllm_python()  # set up, before anything is written
+    trials = None
+    if predict_vllm is not None:
+        from orchestrator.analysis.prediction import vllm_trials
+
+        trials = vllm_trials(load_sweep(root, predict_vllm)[1])
+        if not trials:
+            raise ValueError(f"--predict-vllm: {predict_vllm} has no finished vLLM trials")
     check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))
@@ -221,6 +231,10 @@ def export(
     if not paths:
         print("error: no frontier config matches --where", file=sys.stderr)
         raise typer.Exit(1)
+    if trials is not None:
+        from orchestrator.analysis.prediction import predict_exports
+
+        predict_exports(paths, trials, predict_vllm, typer.echo)
     if verify_vllm:
         from orchestrator.analysis.verify import verify_exports
 

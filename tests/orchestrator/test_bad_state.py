@@ -29,8 +29,10 @@ def test_a_frontier_at_a_batch_size_the_sweep_lacks_is_refused(finished):
 @pytest.mark.parametrize(("flags", "starts"), [
     (["--floors", "nan,inf,-1"], "--floors: accuracy floors must lie in [0, 1]"),
     (["--floors", "0.5,x"], "--floors: comma-separated numbers"),
+    (["--predict-vllm", "nosuch"], "sweep 'nosuch': no state"),
+    (["--predict-vllm", "bad"], "--predict-vllm: bad has no finished vLLM trials"),
 ])
-def test_bad_export_floors(finished, tmp_path, flags, starts):
+def test_bad_export_options(finished, tmp_path, flags, starts):
     out = tmp_path / "out"
     one_line_error(runner.invoke(app, ["export", "bad", "--root", str(finished), "--out", str(out), *flags]),
                    starts)

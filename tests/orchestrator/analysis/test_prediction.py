@@ -42,3 +42,28 @@ def test_a_trial_left_out_is_predicted_from_the_rest():
     noisy[3]["throughput_ratio"] *= 1.2  # one trial measured 20% fast against its control
     errors = {(r["concurrency"], r["width"]): r["error"] for r in validate(noisy, "dflash")}
     assert errors[1, 5] == pytest.approx(1 / 1.2 - 1)
+
+
+def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predicted(tmp_path):
+    import yaml
+
+    from orchestrator.analysis.prediction import predict_exports
+
+    config = {"schedule": "linear", "block": 8, "steps": 2, "threshold": None, "rule": "lossless"}
+    metrics = {"mean_accept_len": 3.0, "tokens_per_nfe": 1.5}
+    research = {"pair": "toy-dflash", "config": config, "metrics": metrics,
+                "serving": {"specsweep_only": ["steps 2"]}}
+    servable = {**research, "config": {**config, "steps": 1}, "serving": {"vllm": {"speculative_config": {}}}}
+    paths = [tmp_path / "trial1.yaml", tmp_path / "trial2.yaml"]
+    for path, document in zip(paths, (research, servable)):
+        path.write_text(yaml.safe_dump(document))
+    said = []
+    predict_exports(paths, _trials(), "serving", said.append)
+    written = yaml.safe_load(paths[0].read_text())["serving"]["predicted_vllm"]
+    assert written["predicted"] is True and written["calibrated_on"] == "serving"
+    for c, cost in COSTS.items():  # W = 7, K = 2 drafter passes
+        cell = written["by_concurrency"][c]
+        assert cell["throughput_ratio"] == pytest.approx(cost.ratio(3.0, 7, 2), abs=1e-3)
+        assert cell["validation_error"] == 0.0
+    assert "predicted_vllm" not in yaml.safe_load(paths[1].read_text())["serving"]
+    assert len(said) == 1 and said[0].startswith("trial1.yaml: predicted in vLLM c=1")
