@@ -301,8 +301,9 @@ def predict_bench(
     """vLLM's speed for configurations it has no setting for: the throughput model calibrated on
     SERVING_SWEEP's trials per concurrency, each drafting trial predicted from the others (the
     model's error), then --research's frontier configurations, predicted."""
+    from orchestrator.analysis.prediction import vllm_trials
     from orchestrator.analysis.summary import frontier_rows
-    from orchestrator.bench.prediction import predictions, validation_table, vllm_trials
+    from orchestrator.bench.prediction import predictions, validation_table
     from orchestrator.sweep.study import load_sweep
 
     _, study = load_sweep(Path(root), serving)

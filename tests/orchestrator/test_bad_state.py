@@ -39,6 +39,14 @@ def test_bad_export_options(finished, tmp_path, flags, starts):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("sweep", "starts"), [
+    ("nosuch", "sweep 'nosuch': no state"),
+    ("bad", "SERVING_SWEEP: bad has no finished vLLM trials"),
+])
+def test_bench_predict_needs_a_finished_vllm_sweep(finished, sweep, starts):
+    one_line_error(runner.invoke(app, ["bench", "predict", sweep, "--root", str(finished)]), starts)
+
+
 def test_export_never_overwrites_without_force(finished, tmp_path):
     file = tmp_path / "a-file"
     file.write_text("mine")
