@@ -48,8 +48,9 @@ def drafter_passes(accept_len: float, tokens_per_nfe: float) -> float:
 
 def calibrate(trials: list[dict], method: str) -> dict[int, IterationCosts]:
     """IterationCosts per concurrency from vLLM trials ({method, num_speculative_tokens,
-    concurrency, mean_accept_len, throughput_tps, throughput_ratio}): those of `method`, and
-    the `none` trial for tokens/s; a concurrency without two widths of `method` is left out."""
+    concurrency, mean_accept_len, throughput_tps, throughput_ratio}): the line through those of
+    `method`, and the mean tokens/s of every trial's control there (tokens/s / ratio); a
+    concurrency without two widths of `method` is left out."""
     out = {}
     for c in sorted({t["concurrency"] for t in trials}):
         here = [t for t in trials if t["concurrency"] == c]
@@ -131,16 +132,17 @@ def predict_exports(written: list, trials: list[dict], sweep: str, say) -> None:
     from orchestrator.files import write_atomic
     from workloads.models.pair import pair_kind
 
+    models: dict[str, tuple] = {}  # method -> (its costs, their largest errors), calibrated once
     for path in (p for p in written if p.name.startswith("trial")):
         document = yaml.safe_load(path.read_text())
         kind = pair_kind(document["pair"])
         found = drafting(kind, document["config"], document["metrics"])
         if "specsweep_only" not in (document.get("serving") or {}) or found is None:
             continue
-        width, passes, alpha = found
         method = kind.serving_method
-        errors = largest_errors(validate(trials, method))
-        by_concurrency = predicted(calibrate(trials, method), errors, width, passes, alpha)
+        if method not in models:
+            models[method] = calibrate(trials, method), largest_errors(validate(trials, method))
+        by_concurrency = predicted(*models[method], *found)
         document["serving"]["predicted_vllm"] = {
             "predicted": True, "calibrated_on": sweep, "by_concurrency": by_concurrency,
             "note": "predicted, not measured: the throughput model with vLLM's costs from the calibration "

@@ -8,8 +8,9 @@ its prompts are compared one by one on tokens and load by load on the counters.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -67,19 +68,29 @@ def first_records(records: list[dict], n: int, whole_loads: bool = False) -> lis
     return chosen + [r for r in ordered[n:] if chosen and r["batch"] == chosen[-1]["batch"]]
 
 
+@contextlib.contextmanager
+def _serving(pair: str | dict, speculative: dict) -> Iterator[VllmServer]:
+    """A vLLM server over `pair`'s verifier with an export's `speculative_config`, as written."""
+    server = VllmServer(EngineSettings(refs(pair)["verifier"], json.dumps(speculative)))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def _ids(pair: str | dict, prompts: list[str]) -> list[list[int]]:
+    tokenizer = load_tokenizer(pair)
+    return [tokenizer(p, verbose=False).input_ids for p in prompts]
+
+
 def verify(document: dict, records: list[dict]) -> Conformance:
     """Serve `records`' prompts (the trial's logged records, in index order) one at a time on a
     vLLM server started with the export's setting; compare each with its record."""
     config = serving_config(document)
-    speculative = document["serving"]["vllm"]["speculative_config"]
-    tokenizer = load_tokenizer(document["pair"])
-    server = VllmServer(EngineSettings(refs(document["pair"])["verifier"], json.dumps(speculative)))
-    server.start()
-    try:
-        theirs = served(server, [tokenizer(r["prompt"], verbose=False).input_ids for r in records], config)
+    with _serving(document["pair"], document["serving"]["vllm"]["speculative_config"]) as server:
+        theirs = served(server, _ids(document["pair"], [r["prompt"] for r in records]), config)
         kernel_check = server.kernel_check()
-    finally:
-        server.stop()
     ours = [Decoded.of(r) for r in records]
     if per_load(document["config"]):
         (ours, labels), (theirs, _) = _by_load(ours, records), _by_load(theirs, records)
@@ -92,15 +103,10 @@ def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> 
     """Load a K-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
     (batch size 1): each verification must draft the K of the range holding 1. One line."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
-    tokenizer = load_tokenizer(pair)
-    server = VllmServer(EngineSettings(refs(pair)["verifier"], json.dumps(speculative)))
-    server.start()
-    try:
-        alone, _ = serve(server, [tokenizer(p, verbose=False).input_ids for p in prompts],
+    with _serving(pair, speculative) as server:
+        alone, _ = serve(server, _ids(pair, prompts),
                          ServingConfig(method=speculative["method"], max_new_tokens=16,
                                        num_speculative_tokens=speculative["num_speculative_tokens"]))
-    finally:
-        server.stop()
     want = ranges[0][2]
     drafted = [s.counters.drafted / max(s.counters.iterations, 1) for s in alone]
     if any(d != want for d in drafted):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -47,8 +48,8 @@ def conform(
     else:
         source = get_task(task, data)
         texts = [format_prompt(source, e) for e in source.examples("test", n=limit)]
-    settings = EngineSettings.of(refs(pair), config)
-    server = VllmServer(EngineSettings(settings.model, settings.speculative, workaround=workaround))
+    settings = dataclasses.replace(EngineSettings.of(refs(pair), config), workaround=workaround)
+    server = VllmServer(settings)
     typer.echo(f"starting vLLM: {settings.model} with {settings.speculative}", err=True)
     loaded = load_pair(pair)
     try:
