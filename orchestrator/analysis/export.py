@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.analysis.serving import dflash_serving, k_schedule
+from orchestrator.analysis.serving import dflash_serving, k_schedule, sglang_flags
 from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_atomic
 from orchestrator.stored import baseline
@@ -194,6 +194,9 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
     if row["config"].get("engine") == "vllm":  # measured in vLLM: its own settings, as they ran
         speculative = ServingConfig.from_dict(row["config"]).speculative_config(found.get("drafter"))
         document["serving"] = {"vllm": {"speculative_config": speculative}}
+        if speculative and speculative["method"] == "dflash":  # the same decoding in SGLang
+            document["serving"]["sglang"] = sglang_flags(found["drafter"], kind.block_for(
+                speculative["num_speculative_tokens"]))
     elif kind is not None and kind.serving_method is not None:
         document["serving"] = dflash_serving(kind, found["drafter"], row["config"])
     notes = []

@@ -38,9 +38,15 @@ def dflash_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     return {
         "vllm": {"speculative_config": {"method": kind.serving_method, "model": drafter,
                                         "num_speculative_tokens": drafts}},
-        "sglang": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter,
-                   "--speculative-num-draft-tokens", str(config["block"])],
+        "sglang": sglang_flags(drafter, config["block"]),
     }
+
+
+def sglang_flags(drafter: str, block: int) -> list[str]:
+    """SGLang's DFLASH launch flags: its draft tokens are the whole block, anchor included
+    (vLLM's n drafts are SGLang's n + 1)."""
+    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter,
+            "--speculative-num-draft-tokens", str(block)]
 
 
 def k_schedule(chosen: dict[int, dict]) -> dict | None:

@@ -1,9 +1,12 @@
-"""An export checked in vLLM: its `speculative_config` loaded as written, and the first of the
-sweep's prompts decoded greedily, each held to what the sweep measured (the trial's logged
-records): the same tokens, and the same drafts, drafted and accepted tokens.
+"""An export checked in the serving engines. In vLLM: its `speculative_config` loaded as
+written, and the first of the sweep's prompts decoded greedily, each held to what the sweep
+measured (the trial's logged records): the same tokens, and the same drafts, drafted and
+accepted tokens.
 
 A trial measured in vLLM above concurrency 1 counted its drafts per load (sweep.serving), so
 its prompts are compared one by one on tokens and load by load on the counters.
+
+SGLang's flags are read by SGLang's own parser (workloads.serving.sglang_flags).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from workloads.models.pair import load_tokenizer, refs
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
 from workloads.serving.load import serve
+from workloads.serving.sglang_flags import check
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
@@ -148,3 +152,31 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
         say("by_batch_size.yaml: " + verify_schedule(first["pair"], table["vllm"]["speculative_config"],
                                                      [r["prompt"] for r in records[:n]]))
     return passed
+
+
+def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> bool:
+    """Read each written config's SGLang flags with SGLang's parser and write what it read into
+    the file (`serving.sglang_checked`). One line each; whether SGLang read every one as meant."""
+    from orchestrator.files import write_atomic
+
+    documents = {p: yaml.safe_load(p.read_text()) for p in written if p.name.startswith("trial")}
+    servable = {p: d for p, d in documents.items() if "sglang" in (d.get("serving") or {})}
+    for path, document in documents.items():
+        if path not in servable:
+            blocked = (document.get("serving") or {}).get("specsweep_only", [])
+            why = "; ".join(blocked) or "no drafter SGLang serves"
+            say(f"{path.name}: SGLang not checked: this export has no SGLang flags ({why})")
+    pairs = {p: refs(d["pair"]) for p, d in servable.items()}
+    # held to the export's vLLM setting: SGLang's draft tokens are vLLM's drafts and the anchor
+    results = check([(pairs[p]["verifier"], d["serving"]["sglang"], pairs[p]["drafter"],
+                      d["serving"]["vllm"]["speculative_config"]["num_speculative_tokens"] + 1)
+                     for p, d in servable.items()]) if servable else []
+    for (path, document), result in zip(servable.items(), results):
+        if "error" in result:
+            say(f"{path.name}: SGLang's parser: {result['error']}")
+            continue
+        document["serving"]["sglang_checked"] = result
+        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        read = ", ".join(f"{k} {v}" for k, v in result["read"].items())
+        say(f"{path.name}: {result['parser']} parser reads {read}")
+    return all("error" not in r for r in results)

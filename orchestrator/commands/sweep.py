@@ -192,6 +192,10 @@ def export(
     verify_vllm: int = typer.Option(0, "--verify-vllm", min=0, metavar="N",
                                     help="Load each exported vLLM setting in vLLM (`make vllm`) and decode "
                                     "the trial's first N prompts: tokens and drafts as measured."),
+    check_sglang: bool = typer.Option(False, "--check-sglang",
+                                      help="Read each export's SGLang flags with SGLang's own argument "
+                                      "parser (`make vllm` sets it up) and write what it read into the "
+                                      "file."),
     predict_vllm: str = typer.Option(None, "--predict-vllm", metavar="SERVING_SWEEP",
                                      help="Write into each config vLLM has no setting for its vLLM speed "
                                      "predicted from this vLLM sweep of the pair (marked predicted)."),
@@ -202,7 +206,8 @@ def export(
     accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
     all`, the fastest; and vLLM's K-by-batch-size setting where the sizes chose different K)
     and the sweep's plots. With --verify-vllm, exit code 1 when vLLM decodes an export
-    otherwise than measured."""
+    otherwise than measured; with --check-sglang, when SGLang's parser reads its flags
+    otherwise than meant."""
     from orchestrator.analysis.export import check_out, export_configs, parse_floors, parse_where
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.study import load_sweep
@@ -215,6 +220,10 @@ def export(
         from workloads.serving.vllm import vllm_python
 
         vllm_python()  # set up, before anything is written
+    if check_sglang:
+        from workloads.serving.sglang_flags import parser_path
+
+        parser_path()
     trials = None
     if predict_vllm is not None:
         from orchestrator.analysis.prediction import vllm_trials
@@ -235,8 +244,14 @@ def export(
         from orchestrator.analysis.prediction import predict_exports
 
         predict_exports(paths, trials, predict_vllm, typer.echo)
+    passed = True
+    if check_sglang:
+        from orchestrator.analysis.verify import check_sglang_exports
+
+        passed &= check_sglang_exports(paths, typer.echo)
     if verify_vllm:
         from orchestrator.analysis.verify import verify_exports
 
-        if not verify_exports(out, paths, study.user_attrs["tracking_uri"], verify_vllm, typer.echo):
-            raise typer.Exit(1)
+        passed &= verify_exports(out, paths, study.user_attrs["tracking_uri"], verify_vllm, typer.echo)
+    if not passed:
+        raise typer.Exit(1)

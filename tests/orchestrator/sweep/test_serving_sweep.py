@@ -45,12 +45,15 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
         assert "DFlashQwen3Model" in runs["dflash"].data.tags["specsweep.vllm_workaround"]
     out = tmp_path / "exported"
     result = runner.invoke(app, ["export", "served", "--root", str(tmp_path), "--out", str(out),
-                                 "--verify-vllm", "4"])
+                                 "--verify-vllm", "4", "--check-sglang"])
     assert result.exit_code == 0, result.output  # vLLM loads each export and decodes as measured
     exported = [yaml.safe_load(p.read_text()) for p in out.glob("trial*.yaml")]
     verified = [d["serving"]["vllm"]["verified"] for d in exported if "verified" in d["serving"]["vllm"]]
     assert verified and all(v["passed"] and v["tokens_identical"] == v["compared"] for v in verified)
     assert "PASS" in result.output and "prompts 0-1: same" not in result.output
+    checked = [d["serving"]["sglang_checked"] for d in exported if "sglang_checked" in d["serving"]]
+    assert checked and {c["read"]["speculative_algorithm"] for c in checked} == {"DFLASH"}
+    assert "sglang 0.5.23 parser reads speculative_algorithm DFLASH" in result.output
     speculative = [d["serving"]["vllm"]["speculative_config"] for d in exported]
     assert {"method": "dflash", "num_speculative_tokens": 3} in [
         {k: s[k] for k in ("method", "num_speculative_tokens")} for s in speculative if s]
