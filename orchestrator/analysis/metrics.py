@@ -194,7 +194,8 @@ def served_ratios(shards: list[tuple[list[dict], list[dict]]]) -> dict[str, floa
 
         throughput_ratio = (Σ_R new_tokens / Σ_shards load wall) / (Σ_C new_tokens / Σ_C wall)
 
-    shards: (records, controls) per shard; a shard's records share its load's `batch_wall_s`.
+    shards: (records, controls) per shard; a shard's records share its load's `batch_wall_s`
+    (under `serving.repeats`, each side's wall is the median of its repeated loads).
     {} when no shard has a control."""
     shards = [(rs, cs) for rs, cs in shards if rs and cs]
     if not shards:

@@ -76,7 +76,8 @@ class Planner:
             control = candidate.config.unspeculative() if candidate.config.engine == "vllm" else self.control
         number = trial.number if trial is not None else -1
         size = candidate.batch_size
-        return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size)
+        repeats = self.spec.serving.repeats if candidate.config.engine == "vllm" else 1
+        return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size, repeats)
                 for a, b in split(len(indices), len(eligible), size)]
 
     def baselines(self) -> list[Job]:

@@ -6,7 +6,8 @@ time goes into the shard's result, so the run logs it). A shard is served as one
 trial's concurrency (after an untimed load the first time a server serves that concurrency:
 load.warm), then the same prompts as one load on the control server at the same concurrency,
 timed back to back with it (the honest-ratio rule of specsweep's `ar` controls), each once the
-other server has stopped polling (load.switch). Each record is one request (its TTFT, TPOT
+other server has stopped polling (load.switch); with `serving.repeats` R, each side R times in
+the order A B B A A B ..., each side's median wall kept. Each record is one request (its TTFT, TPOT
 and latency); the shard is one batch, whose wall time is the load's. At concurrency 1 each
 request has its own spec-decode counters; above it the shard's counters go on its first
 record, so they sum over a trial as specsweep's do.
@@ -14,6 +15,7 @@ record, so they sum over a trial as specsweep's do.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from workloads.models.pair import refs
@@ -64,25 +66,36 @@ class Engines:
 
 
 def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: ServingConfig | None,
-                prompts: list[list[int]], first: int) -> tuple[list[dict], list[dict], float, dict]:
+                prompts: list[list[int]], first: int, repeats: int = 1
+                ) -> tuple[list[dict], list[dict], float, dict]:
     """(one record per prompt, the control load, seconds spent starting servers, what the
-    vLLM plugin found and worked around in the trial's server)."""
+    vLLM plugin found and worked around in the trial's server). With a control, the trial's
+    load and the control's are each served `repeats` times, A B B A A B ..., and each side's
+    wall is its median; the records, tokens and counters are the first load's."""
     server, started = engines.server(pair, config, prompts[0])
     before = server.counters()
     served, wall = engines.serve(server, prompts, config)
+    spent = server.counters() - before
     records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
     if config.concurrency > 1:
-        spent = server.counters() - before
         for i, record in enumerate(records):
             own = i == 0  # the shard's counters on its first record, so they sum over the trial
             record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
                           accepted=spent.accepted if own else 0)
-    controls = []
-    if control is not None:
-        plain, plain_started = engines.server(pair, control, prompts[0])
-        started += plain_started
-        at = time.time()
-        load, load_wall = engines.serve(plain, prompts, control)
-        controls.append({"index": first, "new_tokens": sum(len(s.token_ids) for s in load),
-                         "wall_s": load_wall, "at": at})
+    if control is None:
+        return records, [], started, server.report
+    plain, plain_started = engines.server(pair, control, prompts[0])
+    started += plain_started
+    at = time.time()
+    walls = {server: [wall], plain: []}
+    for turn in range(2 * repeats - 1):  # after A: B, then B A, A B, ... (drift falls on both)
+        side = plain if turn % 4 in (0, 1) else server
+        load, load_wall = engines.serve(side, prompts, control if side is plain else config)
+        walls[side].append(load_wall)
+        if side is plain and len(walls[plain]) == 1:
+            new_tokens = sum(len(s.token_ids) for s in load)
+    for record in records:
+        record["batch_wall_s"] = statistics.median(walls[server])
+    controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(walls[plain]),
+                 "at": at, "repeats": repeats}]
     return records, controls, started, server.report

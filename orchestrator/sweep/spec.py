@@ -146,6 +146,14 @@ class TrackingSpec(_Strict):
     experiment: str | None = None  # default: the sweep name
 
 
+class ServingSpec(_Strict):
+    """How loads served by a serving engine (engine: vllm) are timed."""
+
+    # each trial's load and its control load, served this many times in the order A B B A A B
+    # ...; each side's median wall gives the ratio, so one disturbed load does not move it
+    repeats: int = Field(1, ge=1, le=9)
+
+
 class ClusterSpec(_Strict):
     address: str = "local"
     # Worker slots (actors). "auto": every slot of the cluster, i.e. all GPUs (or all units of a
@@ -174,6 +182,7 @@ class SweepSpec(_Strict):
     baselines: list[Literal["ar", "diffusion"]] = ["ar"]
     tracking: TrackingSpec = TrackingSpec()
     cluster: ClusterSpec = ClusterSpec()
+    serving: ServingSpec = ServingSpec()
 
     @field_validator("name")
     @classmethod

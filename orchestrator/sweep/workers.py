@@ -54,6 +54,7 @@ class Shard:
     indices: tuple[int, ...]
     control: DecodeConfig | ServingConfig | None = None  # `ar`, or vLLM unspeculative: timed beside the trial
     batch_size: int = 1  # prompts decoded together; a shard holds whole batches
+    repeats: int = 1  # a served trial's load and its control's, each timed this many times
 
 
 def serving(pairs: list[str], slots: int, placement: str) -> dict[int, list[str]]:
@@ -169,7 +170,8 @@ class PairWorker:
         tokenizer = load_tokenizer(self.pair_specs[shard.pair])
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
         records, controls, started, report = serve_shard(self.engines, shard.pair, shard.config,
-                                                         shard.control, prompts, items[0][0].index)
+                                                         shard.control, prompts, items[0][0].index,
+                                                         shard.repeats)
         for (example, _), record in zip(items, records):
             score = self.task.judge(example, record["text"])
             record.update(index=example.index, correct=score.correct, detail=score.detail)

@@ -23,7 +23,8 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     data = {**GOOD, "name": "served", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
             "space": {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [3],
                       "concurrency": [2], "max_new_tokens": 16},
-            "search": {"sampler": "grid", "trials": 2, "parallel": 1}}
+            "search": {"sampler": "grid", "trials": 2, "parallel": 1},
+            "serving": {"repeats": 2}}  # A B B A: the counters checked below stay the first load's
     result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
     assert result.exit_code == 0, result.output
     deadline = time.monotonic() + 15
