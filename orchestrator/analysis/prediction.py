@@ -123,28 +123,56 @@ def vllm_trials(study) -> list[dict]:
     return out
 
 
-def predict_exports(written: list, trials: list[dict], sweep: str, say) -> None:
+def load_predictor(root, sweep: str, option: str) -> Predictor:
+    """A Predictor calibrated on the vLLM sweep `sweep` under `root`; ValueError naming
+    `option` when it has no finished vLLM trial."""
+    from orchestrator.sweep.study import load_sweep
+
+    trials = vllm_trials(load_sweep(root, sweep)[1])
+    if not trials:
+        raise ValueError(f"{option}: {sweep} has no finished vLLM trials")
+    return Predictor(trials, sweep)
+
+
+class Predictor:
+    """Predicted vLLM speeds from one calibration sweep's trials: the model calibrated, and
+    validated, once per drafter method, on first use."""
+
+    def __init__(self, trials: list[dict], sweep: str):
+        self.trials, self.sweep = trials, sweep
+        self.models: dict[str, tuple] = {}  # method -> (its costs, their largest errors)
+
+    def of(self, kind, config: dict, metrics: dict) -> dict[int, dict] | None:
+        """`predicted` for a configuration specsweep measured on a pair of `kind`; None where
+        it drafts nothing or vLLM serves no drafter of the kind."""
+        found = drafting(kind, config, metrics)
+        method = kind.serving_method
+        if found is None or method is None:
+            return None
+        if method not in self.models:
+            errors = largest_errors(validate(self.trials, method))
+            self.models[method] = calibrate(self.trials, method), errors
+        return predicted(*self.models[method], *found)
+
+
+def predict_exports(written: list, predictor: Predictor, say) -> None:
     """Write into each exported config that vLLM has no setting for (`serving.specsweep_only`)
-    its predicted vLLM speed per concurrency, from the model calibrated on `trials` of the
-    vLLM sweep `sweep`, with the model's largest leave-one-out error there; marked predicted."""
+    its predicted vLLM speed per concurrency (`Predictor.of`), with the model's largest
+    leave-one-out error there; marked predicted."""
     import yaml
 
     from orchestrator.files import write_atomic
     from workloads.models.pair import pair_kind
 
-    models: dict[str, tuple] = {}  # method -> (its costs, their largest errors), calibrated once
     for path in (p for p in written if p.name.startswith("trial")):
         document = yaml.safe_load(path.read_text())
-        kind = pair_kind(document["pair"])
-        found = drafting(kind, document["config"], document["metrics"])
-        if "specsweep_only" not in (document.get("serving") or {}) or found is None:
+        if "specsweep_only" not in (document.get("serving") or {}):
             continue
-        method = kind.serving_method
-        if method not in models:
-            models[method] = calibrate(trials, method), largest_errors(validate(trials, method))
-        by_concurrency = predicted(*models[method], *found)
+        by_concurrency = predictor.of(pair_kind(document["pair"]), document["config"], document["metrics"])
+        if by_concurrency is None:
+            continue
         document["serving"]["predicted_vllm"] = {
-            "predicted": True, "calibrated_on": sweep, "by_concurrency": by_concurrency,
+            "predicted": True, "calibrated_on": predictor.sweep, "by_concurrency": by_concurrency,
             "note": "predicted, not measured: the throughput model with vLLM's costs from the calibration "
                     "sweep; validation_error is the model's largest leave-one-out error there"}
         write_atomic(path, yaml.safe_dump(document, sort_keys=False))

@@ -4,7 +4,7 @@ frontier configurations that vLLM has no setting for."""
 
 from __future__ import annotations
 
-from orchestrator.analysis.prediction import calibrate, drafting, largest_errors, predicted, validate
+from orchestrator.analysis.prediction import Predictor, drafting, largest_errors, validate
 from orchestrator.analysis.serving import specsweep_only
 
 
@@ -21,21 +21,20 @@ def validation_table(trials: list[dict], method: str) -> list[str]:
     return lines
 
 
-def predictions(trials: list[dict], method: str, rows: list[dict], kinds: dict) -> list[str]:
+def predictions(predictor: Predictor, method: str, rows: list[dict], kinds: dict) -> list[str]:
     """For each frontier row (summary.frontier_rows) of a pair whose drafter vLLM serves as
     `method`: its predicted tokens/s and ratio against no speculation at every calibrated
     concurrency, marked predicted."""
-    costs, errors = calibrate(trials, method), largest_errors(validate(trials, method))
     lines = []
     for row in rows:
         kind = kinds.get(row["pair"])
-        found = None if kind is None or kind.serving_method != method else drafting(kind, row["config"],
-                                                                                     row["metrics"])
-        if found is None:
+        by_concurrency = None if kind is None or kind.serving_method != method else predictor.of(
+            kind, row["config"], row["metrics"])
+        if by_concurrency is None:
             continue
-        width, passes, alpha = found
+        width, passes, alpha = drafting(kind, row["config"], row["metrics"])
         cells = ", ".join(f"c={c} {p['throughput_tps']:.0f} tok/s ({p['throughput_ratio']:.2f}x)"
-                          for c, p in predicted(costs, errors, width, passes, alpha).items())
+                          for c, p in by_concurrency.items())
         blocked = "; ".join(specsweep_only(row["config"])) or "servable"
         lines.append(f"trial {row['trial']} ({blocked}; W={width}, ᾱ={alpha:.2f}, p={passes:.2f}): "
                      f"predicted {cells}")

@@ -301,17 +301,14 @@ def predict_bench(
     """vLLM's speed for configurations it has no setting for: the throughput model calibrated on
     SERVING_SWEEP's trials per concurrency, each drafting trial predicted from the others (the
     model's error), then --research's frontier configurations, predicted."""
-    from orchestrator.analysis.prediction import vllm_trials
+    from orchestrator.analysis.prediction import load_predictor
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.bench.prediction import predictions, validation_table
     from orchestrator.sweep.study import load_sweep
 
-    _, study = load_sweep(Path(root), serving)
-    trials = vllm_trials(study)
-    if not trials:
-        raise ValueError(f"SERVING_SWEEP: {serving} has no finished vLLM trials")
-    lines = validation_table(trials, method)
+    predictor = load_predictor(Path(root), serving, "SERVING_SWEEP")
+    lines = validation_table(predictor.trials, method)
     if research is not None:
         spec, other = load_sweep(Path(root), research)
-        lines += predictions(trials, method, frontier_rows(spec, other, {}), spec.pair_kinds)
+        lines += predictions(predictor, method, frontier_rows(spec, other, {}), spec.pair_kinds)
     _show(lines)

@@ -15,6 +15,8 @@ ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sw
 
 
 def _table(title: str, spec, rows: list[dict]):
+    """The frontier rows; with `predicted_vllm` on them (frontier --predict-vllm), a column per
+    concurrency of the predicted vLLM ratio and the model's error there."""
     from rich.table import Table
 
     from orchestrator.analysis.summary import columns
@@ -23,8 +25,9 @@ def _table(title: str, spec, rows: list[dict]):
     # the speed ratio against the trial's own controls (ar, or vLLM without speculation)
     ratio = ["throughput_ratio"] if "throughput_ratio" not in spec.objectives and any(
         "throughput_ratio" in r.get("metrics", {}) for r in rows) else []
+    predicted = sorted({c for r in rows for c in (r.get("predicted_vllm") or {})})
     for col in ("trial", "pair", "batch", "schedule", "B", "K/τ", "rule", "λ/δ", *spec.objectives, *ratio,
-                "exact", "notes"):
+                *(f"vLLM c={c} predicted" for c in predicted), "exact", "notes"):
         table.add_column(col, justify="right")
     for r in sorted(rows, key=lambda r: (r.get("batch_size", 1), r["trial"])):
         c = columns(r["config"])
@@ -40,11 +43,19 @@ def _table(title: str, spec, rows: list[dict]):
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
             *(f"{r['metrics']['throughput_ratio']:.2f}x" if "throughput_ratio" in r["metrics"] else "-"
               for _ in ratio),
+            *(_predicted_cell((r.get("predicted_vllm") or {}).get(c)) for c in predicted),
             "yes" if r["exact"] else "no (lossy)",
             ", ".join(n for n, on in (("tied", r.get("tied")), ("timing flagged", r.get("timing_flagged")))
                       if on),
         )
     return table
+
+
+def _predicted_cell(cell: dict | None) -> str:
+    if cell is None:
+        return "-"
+    error = cell["validation_error"]
+    return f"{cell['throughput_ratio']:.2f}x" + (f" ±{error:.0%}" if error is not None else "")
 
 
 @user_errors
@@ -159,8 +170,13 @@ def frontier_cmd(
     as_json: bool = typer.Option(False, "--json"),
     batch_size: int = typer.Option(None, "--batch-size", min=1,
                                    help="Only the frontier at this batch size (default: each one's)."),
+    predict_vllm: str = typer.Option(None, "--predict-vllm", metavar="SERVING_SWEEP",
+                                     help="Add each drafting row's vLLM speed per concurrency, predicted "
+                                     "from this vLLM sweep of the pair (its ratio and the model's error)."),
 ) -> None:
-    """The frontier trials (one frontier per batch size): params, metrics, MLflow run ids."""
+    """The frontier trials (one frontier per batch size): params, metrics, MLflow run ids; with
+    --predict-vllm, each drafting row's predicted vLLM ratio against no speculation per
+    concurrency, ± the model's largest leave-one-out error there (`predicted_vllm` in --json)."""
     from rich.console import Console
 
     from orchestrator.analysis.summary import frontier_rows
@@ -173,6 +189,15 @@ def frontier_cmd(
         raise ValueError(f"--batch-size: {batch_size} is not a batch size of sweep {name} "
                          f"({', '.join(map(str, batch_sizes(spec)))})")
     rows = frontier_rows(spec, study, trial_run_ids(study), batch_size)
+    if predict_vllm is not None:
+        from orchestrator.analysis.prediction import load_predictor
+
+        predictor = load_predictor(root, predict_vllm, "--predict-vllm")
+        for row in rows:
+            kind = spec.pair_kinds.get(row["pair"])
+            found = kind and predictor.of(kind, row["config"], row["metrics"])
+            if found:
+                row["predicted_vllm"] = found
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row))
@@ -224,13 +249,11 @@ def export(
         from workloads.serving.sglang_flags import parser_path
 
         parser_path()
-    trials = None
+    predictor = None
     if predict_vllm is not None:
-        from orchestrator.analysis.prediction import vllm_trials
+        from orchestrator.analysis.prediction import load_predictor
 
-        trials = vllm_trials(load_sweep(root, predict_vllm)[1])
-        if not trials:
-            raise ValueError(f"--predict-vllm: {predict_vllm} has no finished vLLM trials")
+        predictor = load_predictor(root, predict_vllm, "--predict-vllm")
     check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))
@@ -240,10 +263,10 @@ def export(
     if not paths:
         print("error: no frontier config matches --where", file=sys.stderr)
         raise typer.Exit(1)
-    if trials is not None:
+    if predictor is not None:
         from orchestrator.analysis.prediction import predict_exports
 
-        predict_exports(paths, trials, predict_vllm, typer.echo)
+        predict_exports(paths, predictor, typer.echo)
     passed = True
     if check_sglang:
         from orchestrator.analysis.verify import check_sglang_exports

@@ -26,6 +26,11 @@ def test_a_frontier_at_a_batch_size_the_sweep_lacks_is_refused(finished):
                    "--batch-size: 8 is not a batch size of sweep bad (1)")
 
 
+def test_a_frontier_predicted_from_a_sweep_without_vllm_trials_is_refused(finished):
+    one_line_error(runner.invoke(app, ["frontier", "bad", "--root", str(finished), "--predict-vllm", "bad"]),
+                   "--predict-vllm: bad has no finished vLLM trials")
+
+
 @pytest.mark.parametrize(("flags", "starts"), [
     (["--floors", "nan,inf,-1"], "--floors: accuracy floors must lie in [0, 1]"),
     (["--floors", "0.5,x"], "--floors: comma-separated numbers"),

@@ -47,7 +47,7 @@ def test_a_trial_left_out_is_predicted_from_the_rest():
 def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predicted(tmp_path):
     import yaml
 
-    from orchestrator.analysis.prediction import predict_exports
+    from orchestrator.analysis.prediction import Predictor, predict_exports
 
     config = {"schedule": "linear", "block": 8, "steps": 2, "threshold": None, "rule": "lossless"}
     metrics = {"mean_accept_len": 3.0, "tokens_per_nfe": 1.5}
@@ -58,7 +58,7 @@ def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predi
     for path, document in zip(paths, (research, servable)):
         path.write_text(yaml.safe_dump(document))
     said = []
-    predict_exports(paths, _trials(), "serving", said.append)
+    predict_exports(paths, Predictor(_trials(), "serving"), said.append)
     written = yaml.safe_load(paths[0].read_text())["serving"]["predicted_vllm"]
     assert written["predicted"] is True and written["calibrated_on"] == "serving"
     for c, cost in COSTS.items():  # W = 7, K = 2 drafter passes
