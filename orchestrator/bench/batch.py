@@ -62,15 +62,24 @@ def hf_generate(pair: Pair, prompts: list[str], max_new_tokens: int) -> tuple[in
 
 def _speed(pair: Pair, prompts: list[str], config: DecodeConfig,
            slack: float | None = None) -> tuple[int, float]:
+    tokens, wall, _, _ = _measured(pair, prompts, config, slack)
+    return tokens, wall
+
+
+def _measured(pair: Pair, prompts: list[str], config: DecodeConfig,
+              slack: float | None = None) -> tuple[int, float, float, int]:
+    """(new tokens, wall s, host overhead s = wall − model time, iterations: the most any row took)."""
     done = decode_batch(pair, prompts, config, slack=slack)
-    return sum(r.new_tokens for r in done.results), done.wall_s
+    return (sum(r.new_tokens for r in done.results), done.wall_s, done.overhead_s,
+            max(r.iterations for r in done.results))
 
 
 def batch_comparison(pair: Pair, prompts: list[str], sizes: list[int], max_new_tokens: int,
                      progress: Callable[[str], None] | None = None) -> list[dict]:
     """One row per batch size: tokens/s of `ar`, HF generate and every lossless
-    configuration, the best configuration and its ratio to `ar`, and the best's tokens/s
-    under each cache slack (`slack_tps`)."""
+    configuration, the best configuration and its ratio to `ar`, the engine's host overhead
+    per iteration (Σ (wall − model time) / Σ iterations over the batches, in ms) of `ar` and
+    of the best, and the best's tokens/s under each cache slack (`slack_tps`)."""
     configs = {"ar": DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens),
                **lossless_grid(pair, max_new_tokens)}
     rows = []
@@ -79,20 +88,21 @@ def batch_comparison(pair: Pair, prompts: list[str], sizes: list[int], max_new_t
         for config in configs.values():  # untimed: first calls at new shapes
             _speed(pair, batches[0], config)
         hf_generate(pair, batches[0], max_new_tokens)
-        totals = {label: [0, 0.0] for label in [*configs, "hf generate"]}
+        totals = {label: [0, 0.0, 0.0, 0] for label in [*configs, "hf generate"]}
         with torch.inference_mode():
             for batch in batches:
                 for label, config in configs.items():
-                    tokens, wall = _speed(pair, batch, config)
-                    totals[label][0] += tokens
-                    totals[label][1] += wall
+                    for k, value in enumerate(_measured(pair, batch, config)):
+                        totals[label][k] += value
                 tokens, wall = hf_generate(pair, batch, max_new_tokens)
                 totals["hf generate"][0] += tokens
                 totals["hf generate"][1] += wall
-        tps = {label: n / s for label, (n, s) in totals.items()}
+        tps = {label: t[0] / t[1] for label, t in totals.items()}
+        host = {label: 1000 * t[2] / t[3] for label, t in totals.items() if t[3]}
         best = max((label for label in configs if label != "ar"), key=tps.get)
         rows.append({"batch_size": size, "ar_tps": tps["ar"], "hf_generate_tps": tps["hf generate"],
                      "best": best, "best_tps": tps[best], "ratio": tps[best] / tps["ar"],
+                     "ar_host_ms": host["ar"], "best_host_ms": host[best],
                      "slack_tps": _slacks(pair, batches, configs[best]),
                      "tps": {label: tps[label] for label in configs}})
         if progress:
@@ -115,11 +125,16 @@ def table(rows: list[dict], pair: str, n: int, threads: int) -> list[str]:
     """The lines `specsweep bench batch` prints: one per batch size, speeds also relative to the first."""
     base = rows[0]
     lines = [f"{pair}, {n} arith prompts, greedy, {threads} thread(s); tokens/s, batches interleaved",
-             f"{'batch':>5} {'ar':>8} {'hf gen':>8} {'best lossless':>18} {'best':>8} {'best/ar':>7} "
-             f"{'ar vs b1':>8} {'best vs b1':>10}  slack 0 / 0.5 / 1 (best)"]
+             f"{'batch':>5} {'ar':>8} {'hf gen':>8} {'ar/hf':>6} {'best lossless':>18} {'best':>8} "
+             f"{'best/ar':>7} {'ar vs b1':>8} {'best vs b1':>10} {'host ms/it ar':>13} {'best':>6}  "
+             f"slack 0 / 0.5 / 1 (best)"]
     for r in rows:
         slack = " / ".join(f"{v:.0f}" for v in r["slack_tps"].values())
-        lines.append(f"{r['batch_size']:>5} {r['ar_tps']:8.1f} {r['hf_generate_tps']:8.1f} {r['best']:>18} "
+        lines.append(f"{r['batch_size']:>5} {r['ar_tps']:8.1f} {r['hf_generate_tps']:8.1f} "
+                     f"{r['ar_tps'] / r['hf_generate_tps']:5.2f}x {r['best']:>18} "
                      f"{r['best_tps']:8.1f} {r['ratio']:6.2f}x {r['ar_tps'] / base['ar_tps']:7.2f}x "
-                     f"{r['best_tps'] / base['best_tps']:9.2f}x  {slack}")
+                     f"{r['best_tps'] / base['best_tps']:9.2f}x {r['ar_host_ms']:13.2f} "
+                     f"{r['best_host_ms']:6.2f}  {slack}")
+    lines.append("host ms/it: the engine's host work per iteration of the batch, (wall − model time) / "
+                 "iterations")
     return lines

@@ -85,18 +85,18 @@ def residual(t: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def target(rule: str, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, leniency: float) -> torch.Tensor:
     """The distribution t_i the rule accepts against.
 
-    p, q: (B, V) verifier and proposal distributions; draft: (B,) drafted ids -> (B, V).
+    p, q: (..., B, V) verifier and proposal distributions; draft: (..., B) drafted ids -> (..., B, V).
     """
     if rule == "lossless" or (rule == "match" and leniency == 0):
         return p
     if rule in ("linear", "match"):
         return (1 - leniency) * p + leniency * q
     if rule == "cactus":
-        pi = p.gather(1, draft[:, None]).squeeze(1)  # (B,)
+        pi = p.gather(-1, draft[..., None]).squeeze(-1)  # (..., B)
         gamma = cactus_gamma(pi, leniency)
         scale = torch.where(pi < 1, (1 - gamma) / (1 - pi).clamp_min(1e-30), torch.zeros_like(pi))
-        t = p * scale[:, None]
-        return t.scatter(1, draft[:, None], gamma[:, None])
+        t = p * scale[..., None]
+        return t.scatter(-1, draft[..., None], gamma[..., None])
     raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
 
 
@@ -109,40 +109,69 @@ def verify(
     noise: torch.Tensor,
     leniency: float = 0.0,
 ) -> Verification:
-    """Accept drafted tokens left to right until the first rejection.
+    """Accept drafted tokens left to right until the first rejection: `verify_rows` on a
+    batch of one.
 
     p: (B + 1, V) verifier distributions p_i = p(· | h, y_<i); the last row gives the bonus.
     q: (B, V) proposal distributions; draft: (B,) drafted ids; uniforms: (B,) U(0, 1);
     noise: (B + 1, V) Exp(1). leniency: λ for linear/match, δ for cactus, ignored otherwise.
+    """
+    length = torch.tensor([draft.shape[0]], device=draft.device)
+    accepted, token = verify_rows(rule, p[None], q[None], draft[None], length, uniforms[None], noise[None],
+                                  leniency)
+    return Verification(int(accepted[0]), int(token[0]))
+
+
+def verify_rows(rule: str, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, lengths: torch.Tensor,
+                uniforms: torch.Tensor, noise: torch.Tensor, leniency: float = 0.0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`verify` over R rows at once, row r's draft the first lengths[r] of draft[r] (the rest
+    is padding, never accepted): p (R, B + 1, V), q (R, B, V), draft (R, B), lengths (R,),
+    uniforms (R, B), noise (R, B + 1, V). Returns (accepted (R,), token (R,)).
 
     Rejection rules accept y_i when u_i·q_i(y_i) < t_i(y_i) (that is, with probability
-    min(1, t_i(y_i)/q_i(y_i))) and recover from [t_i − q_i]₊ at the first rejection.
+    min(1, t_i(y_i)/q_i(y_i))) and recover from [t_i − q_i]₊ at the first rejection; after
+    a fully accepted draft the bonus is drawn from p at row lengths[r].
     """
-    n = draft.shape[0]
-    t = target(rule, p[:n], q, draft, leniency)  # (B, V)
+    rows, width = draft.shape
+    index = torch.arange(rows, device=draft.device)
+    if width == 0:
+        return torch.zeros(rows, dtype=torch.long, device=draft.device), draw(p[:, 0], noise[:, 0])
+    t = target(rule, p[:, :width], q, draft, leniency)  # (R, B, V)
     if rule == "match":
-        sampled = draw(t, noise[:n])  # (B,)
+        sampled = draw(t, noise[:, :width])  # (R, B)
         ok = sampled == draft
     else:
-        ok = uniforms * q.gather(1, draft[:, None]).squeeze(1) < t.gather(1, draft[:, None]).squeeze(1)
-    accepted = int(ok.long().cumprod(0).sum()) if n else 0
-    if accepted == n:
-        bonus = int(draw(p[n], noise[n]))
-        return Verification(accepted, bonus)
+        drafted = draft[..., None]
+        ok = uniforms * q.gather(-1, drafted).squeeze(-1) < t.gather(-1, drafted).squeeze(-1)
+    ok &= torch.arange(width, device=draft.device) < lengths[:, None]
+    accepted = ok.long().cumprod(1).sum(1)
+    bonus = draw(p[index, accepted], noise[index, accepted])
+    at = accepted.clamp(max=width - 1)
     if rule == "match":  # a slot emits its own draw x ~ t whether or not the drafted y matched it
-        return Verification(accepted, int(sampled[accepted]))
-    weights = residual(t[accepted], q[accepted])
-    if not bool(weights.gt(0).any()):  # t ≈ q up to rounding: any draw from t is right
-        weights = t[accepted]
-    recovered = int(draw(weights, noise[accepted]))
-    return Verification(accepted, recovered)
+        recovered = sampled[index, at]
+    else:
+        weights = residual(t[index, at], q[index, at])
+        none = ~weights.gt(0).any(-1, keepdim=True)  # t ≈ q up to rounding: any draw from t is right
+        recovered = draw(torch.where(none, t[index, at], weights), noise[index, at])
+    return accepted, torch.where(accepted == lengths, bonus, recovered)
 
 
 def verify_greedy(logits: torch.Tensor, drafted: torch.Tensor) -> Verification:
-    """`lossless` at verifier temperature 0, without sampling machinery: p_i is one-hot at
-    argmax, so y_i is accepted iff it is the argmax, and the recovered or bonus token is the
-    argmax of the first row not accepted. logits (B + 1, V), drafted (B,)."""
-    best = logits.argmax(-1)  # (B + 1,)
-    n = drafted.shape[0]
-    accepted = int((best[:n] == drafted).long().cumprod(0).sum()) if n else 0
-    return Verification(accepted, int(best[accepted]))
+    """`lossless` at verifier temperature 0, without sampling machinery: `verify_greedy_rows`
+    on a batch of one. logits (B + 1, V), drafted (B,)."""
+    length = torch.tensor([drafted.shape[0]], device=drafted.device)
+    accepted, token = verify_greedy_rows(logits[None], drafted[None], length)
+    return Verification(int(accepted[0]), int(token[0]))
+
+
+def verify_greedy_rows(logits: torch.Tensor, drafted: torch.Tensor, lengths: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """p_i is one-hot at argmax, so y_i is accepted iff it is the argmax, and the recovered or
+    bonus token is the argmax of the first row not accepted. logits (R, B + 1, V), drafted
+    (R, B), lengths (R,) -> (accepted (R,), token (R,))."""
+    best = logits.argmax(-1)  # (R, B + 1)
+    width = drafted.shape[1]
+    ok = (best[:, :width] == drafted) & (torch.arange(width, device=drafted.device) < lengths[:, None])
+    accepted = ok.long().cumprod(1).sum(1)
+    return accepted, best.gather(1, accepted[:, None]).squeeze(1)

@@ -26,10 +26,10 @@ class Aborted(RuntimeError):
 class Shared(Protocol):
     """A network the rows of a batch share (`calls.Network`, `dflash.DFlashNetwork`): it runs
     their queued calls as one forward, frees a row's slots when it leaves, drops what it holds
-    on the model when the batch ends, and counts forward passes and token rows."""
+    on the model when the batch ends, and meters its forward passes (`work`: calls, token
+    rows, time)."""
 
-    calls: int
-    rows: int
+    work: object  # calls.Meter
 
     def run(self, calls: list[Call]) -> list: ...
 

@@ -121,7 +121,7 @@ class Network:
         self.dtype = model.dtype
         self.tap = None  # a FeatureTap on this network: each row's features of its latest call
         self.features: dict[int, torch.Tensor] = {}
-        self.calls = self.rows = 0  # forward passes and the token rows they evaluated, padding included
+        self.work = Meter()  # its forward passes, their token rows (padding included) and time
 
     def run(self, calls: list[Call]) -> list[torch.Tensor]:
         """One forward over the rows of `calls`, padded to the longest: (R, Q) ids and
@@ -133,25 +133,38 @@ class Network:
             return [timed(self, [r], lambda r=r: self.model(input_ids=r.ids.view(1, -1).to(self.device))
                           .logits, r.ids.shape[0])[0] for r in requests]
         ids, positions, among, kept = _padded(requests)
-        width = ids.shape[1]
-        if self.prefix_cache:
-            cache, valid = self.slots.view(rows)
-        else:
-            cache, valid = None, torch.zeros(len(rows), 0, dtype=torch.bool)
-        allowed = rows_after_slots(valid, among)
-        mask = None if allowed.all() and width == 1 else additive(allowed, self.dtype).to(self.device)
-        inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
-                      attention_mask=mask)
-        if cache is not None:
-            inputs.update(cache=cache, use_cache=True)
-        logits = timed(self, requests, lambda: self.model(**inputs).logits, width)
-        if cache is not None:
-            self.slots.commit(rows, cache, kept)
+        forward, commit = self.prepare(rows, ids, positions, among, kept)
+        logits = timed(self, requests, forward, ids.shape[1])
+        commit()
         if self.tap is not None:
             features = self.tap.features
             for i, r in enumerate(requests):
                 self.features[rows[i]] = features[i, :r.ids.shape[0]]
         return [logits[i, :r.ids.shape[0]] for i, r in enumerate(requests)]
+
+    def prepare(self, rows: list[int], ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
+                kept: torch.Tensor) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+        """The forward over `rows` (ids and positions (R, Q); among (R, Q, Q) bool, None:
+        causal) returning logits (R, Q, V), and the commit of its kept (R, Q) slots to run
+        after it, apart from the forward's time."""
+        width = ids.shape[1]
+        if self.prefix_cache:
+            cache, valid = self.slots.view(rows)
+        else:
+            cache, valid = None, torch.zeros(len(rows), 0, dtype=torch.bool)
+        if among is None:
+            among = causal(width).expand(len(rows), -1, -1)
+        allowed = rows_after_slots(valid, among)
+        mask = None if width == 1 and allowed.all() else additive(allowed, self.dtype).to(self.device)
+        inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                      attention_mask=mask)
+        if cache is not None:
+            inputs.update(cache=cache, use_cache=True)
+
+        def commit() -> None:
+            if cache is not None:
+                self.slots.commit(rows, cache, kept)
+        return lambda: self.model(**inputs).logits, commit
 
     def release(self, row: int) -> None:
         self.slots.release(row)
@@ -164,15 +177,14 @@ class Network:
 
 def timed(network, requests: list, forward: Callable[[], T], width: int) -> T:
     """Run `forward` over the requests padded to `width` rows each, counting it on each
-    request's meter (its own rows, the call's time) and on the network (`calls`; `rows`,
+    request's meter (its own rows, the call's time) and on the network's (`work`: its rows,
     padding included)."""
     began = requests[0].meter.start(network.device)
     out = forward()
     interval = requests[0].meter.mark(network.device, began)
     for r in requests:
         r.meter.add(interval, r.ids.shape[0])
-    network.calls += 1
-    network.rows += len(requests) * width
+    network.work.add(interval, len(requests) * width)
     return out
 
 

@@ -93,7 +93,7 @@ class DFlashNetwork:
         self.device = verifier.device
         self.dtype = drafter.dtype
         self.width = len(drafter.target_layer_ids) * drafter.config.hidden_size
-        self.calls = self.rows = 0  # forward passes and the token rows they evaluated, padding included
+        self.work = Meter()  # its forward passes, their token rows (padding included) and time
 
     def run(self, calls: list[Call]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One forward over the rows of `calls`: context (R, N, F) and block rows (R, Q, E),

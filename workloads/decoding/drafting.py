@@ -21,6 +21,7 @@ tokens towards likely ones (at temperature 0 the two are the same, the draw is t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,76 +52,97 @@ class DraftSettings:
     forbidden: tuple[int, ...] = ()  # never proposed (ids the verifier does not have, ...)
 
 
-def scores(
-    policy: str, probs: torch.Tensor, candidates: torch.Tensor, generator: torch.Generator
-) -> torch.Tensor:
+def scores(policy: str, probs: torch.Tensor, candidates: torch.Tensor,
+           uniform: Callable[[], torch.Tensor]) -> torch.Tensor:
     """Priority of each slot under `policy` (higher goes first).
 
-    probs: (W, V) untempered model distribution; candidates: (W,) drawn ids -> (W,).
+    probs: (..., W, V) untempered model distribution; candidates: (..., W) drawn ids -> (..., W);
+    uniform: U(0, 1) draws (..., W), asked for only by `random`.
     """
-    w = probs.shape[0]
+    w = probs.shape[-2]
     if policy == "ltr":
-        return -torch.arange(w, dtype=torch.float32, device=probs.device)
+        return -torch.arange(w, dtype=torch.float32, device=probs.device).expand(candidates.shape)
     if policy == "confidence":
-        return probs.gather(1, candidates[:, None]).squeeze(1)
+        return probs.gather(-1, candidates[..., None]).squeeze(-1)
     if policy == "margin":
         top2 = probs.topk(2, dim=-1).values
-        return top2[:, 0] - top2[:, 1]
+        return top2[..., 0] - top2[..., 1]
     if policy == "entropy":
         return (probs * probs.clamp_min(1e-30).log()).sum(-1)  # −H: low entropy first
     if policy == "random":
-        return torch.rand(w, generator=generator, device=generator.device).to(probs.device)
+        return uniform().to(probs.device)
     raise ValueError(f"unmask must be ltr, confidence, margin, entropy or random; got {policy!r}")
 
 
 def commit_mask(settings: DraftSettings, masked: torch.Tensor, priority: torch.Tensor,
                 top: torch.Tensor, step: int) -> torch.Tensor:
-    """Which masked slots (W,) bool to commit at this step; top: (W,) each slot's top
-    probability, the threshold rule's confidence."""
-    remaining = int(masked.sum())
-    priority = torch.where(masked, priority, torch.tensor(float("-inf"), device=priority.device))
+    """Which masked slots (R, W) bool of R canvases to commit at this step; top: (R, W) each
+    slot's top probability, the threshold rule's confidence. A canvas with nothing masked
+    commits nothing.
+
+    Fixed K: the ceil(remaining / (K − step)) masked slots of highest priority (ties to the
+    leftmost). τ: every masked slot whose top probability reaches τ, and at least the
+    masked slot of highest priority; under `ltr` only the run of such slots from the
+    leftmost masked one."""
+    blocked = torch.tensor(float("-inf"), device=priority.device)
+    priority = torch.where(masked, priority, blocked)
+    remaining = masked.sum(-1)
     if settings.threshold is None:
         count = -(-remaining // (settings.steps - step))
-        chosen = torch.zeros_like(masked)
-        chosen[priority.topk(count).indices] = True
-        return chosen
+        rank = priority.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)
+        return (rank < count[..., None]) & masked
+    any_masked = remaining > 0
     sure = masked & (top >= settings.threshold)
+    slots = torch.arange(masked.shape[-1], device=masked.device)
+    first = masked.long().argmax(-1, keepdim=True)  # the leftmost masked slot
     if settings.unmask == "ltr":
-        first = int(masked.long().argmax())
-        run = sure[first:].long().cumprod(0).bool()
-        chosen = torch.zeros_like(masked)
-        chosen[first:] = run
-        chosen[first] = True
-        return chosen
-    sure[int(priority.argmax())] = True
-    return sure
+        after = slots >= first
+        run = (sure | ~after).long().cumprod(-1).bool() & after
+        return (run | (slots == first)) & any_masked[..., None]
+    best = priority.argmax(-1, keepdim=True)
+    return (sure | (slots == best)) & any_masked[..., None]
 
 
 def slot_logits(logits: torch.Tensor, settings: DraftSettings) -> torch.Tensor:
-    """The rows of one region [anchor, m slots], logits (m + 1, V), as float logits per slot
-    (m, V) with the mask token excluded: shifted models read slot i from row i, others from
-    row i + 1."""
-    logits = (logits[:-1] if settings.shifted else logits[1:]).float()
-    logits[:, settings.mask_token_id] = float("-inf")
+    """The rows of regions [anchor, m slots], logits (..., m + 1, V), as float logits per slot
+    (..., m, V) with the mask token excluded: shifted models read slot i from row i, others
+    from row i + 1."""
+    logits = (logits[..., :-1, :] if settings.shifted else logits[..., 1:, :]).float()
+    logits[..., settings.mask_token_id] = float("-inf")
     return logits
+
+
+def proposals(logits: torch.Tensor, settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposals from the rows of drafting regions [anchor, m slots]: logits (..., m + 1, V)
+    -> q (..., m, V) after the drafter's sampling settings and the untempered float logits
+    (..., m, V) (`slot_logits`). V is the verifier's vocabulary; the mask token and
+    forbidden ids are never proposed."""
+    logits = slot_logits(logits, settings)
+    if settings.vocab is not None and logits.shape[-1] != settings.vocab:  # align with the verifier's ids
+        logits = torch.nn.functional.pad(logits, (0, max(0, settings.vocab - logits.shape[-1])),
+                                         value=float("-inf"))[..., : settings.vocab]
+    if settings.forbidden:
+        logits[..., [i for i in settings.forbidden if i < logits.shape[-1]]] = float("-inf")
+    return distribution(logits, settings.temperature, settings.top_k, settings.top_p), logits
+
+
+def candidates(proposal: torch.Tensor, settings: DraftSettings,
+               noise: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """A candidate per slot drawn from its proposal (..., m, V): at a point-mass setting the
+    argmax, drawing nothing; else with Exp(1) `noise()` (..., m, V)."""
+    if point_mass(settings.temperature, settings.top_k):  # one-hot proposals: the draw is their argmax
+        return proposal.argmax(-1)
+    return draw(proposal, noise())
 
 
 def propose(logits: torch.Tensor, settings: DraftSettings,
             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Proposals from the rows of one drafting region [anchor, m slots]: logits (m + 1, V)
-    -> q (m, V) after the drafter's sampling settings, candidates (m,) drawn from q, and the
-    untempered float logits (m, V) (`slot_logits`). V is the verifier's vocabulary; the mask
-    token and forbidden ids are never proposed."""
-    logits = slot_logits(logits, settings)
-    if settings.vocab is not None and logits.shape[-1] != settings.vocab:  # align with the verifier's ids
-        logits = torch.nn.functional.pad(logits, (0, max(0, settings.vocab - logits.shape[-1])),
-                                         value=float("-inf"))[:, : settings.vocab]
-    if settings.forbidden:
-        logits[:, [i for i in settings.forbidden if i < logits.shape[-1]]] = float("-inf")
-    proposal = distribution(logits, settings.temperature, settings.top_k, settings.top_p)
-    if point_mass(settings.temperature, settings.top_k):  # one-hot proposals: the draw is their argmax
-        return proposal, proposal.argmax(-1), logits
-    return proposal, draw(proposal, torch.empty_like(proposal).exponential_(generator=generator)), logits
+    """One region's proposals (`proposals`: logits (m + 1, V) -> q (m, V)), candidates (m,)
+    drawn from q with `generator`, and the untempered float logits (m, V)."""
+    proposal, logits = proposals(logits, settings)
+    drawn = candidates(proposal, settings,
+                       lambda: torch.empty_like(proposal).exponential_(generator=generator))
+    return proposal, drawn, logits
 
 
 def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: int,
@@ -133,16 +155,17 @@ def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: 
     q = torch.zeros(0, 1, device=drafter.device)  # a width-0 draft: no call, nothing to verify
     step = 0
     while bool((tokens == settings.mask_token_id).any()):
-        proposal, candidates, logits = propose(drafter.block(pending, last, tokens), settings, generator)
+        proposal, drawn, logits = propose(drafter.block(pending, last, tokens), settings, generator)
         pending = []
         masked = tokens == settings.mask_token_id
         if settings.steps is not None and settings.steps - step == 1:
             chosen = masked  # the last of K steps commits every slot still masked
         else:
             probs = logits.softmax(-1)
-            chosen = commit_mask(settings, masked, scores(settings.unmask, probs, candidates, generator),
-                                 probs.amax(-1), step)
-        tokens = torch.where(chosen, candidates, tokens)
+            priority = scores(settings.unmask, probs, drawn,
+                              lambda w=width: torch.rand(w, generator=generator, device=generator.device))
+            chosen = commit_mask(settings, masked[None], priority[None], probs.amax(-1)[None], step)[0]
+        tokens = torch.where(chosen, drawn, tokens)
         q = proposal if step == 0 else torch.where(chosen[:, None], proposal, q)
         step += 1
     return Draft(tokens, q, step)

@@ -20,6 +20,7 @@ from workloads.decoding.calls import Meter, sync
 from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.kinds import Pair, least_positions
+from workloads.decoding.lockstep import Rows
 from workloads.decoding.output import Output
 from workloads.decoding.state import DecodeState
 
@@ -90,13 +91,18 @@ def check_texts_fit(tokenizer, prompts: dict[str, str], max_new_tokens: int, lim
 @dataclass
 class BatchResult:
     """One batch: each row's result (`wall_s` its completion time from the batch's start),
-    the batch's wall time, its forward passes and the token rows they evaluated (padding
-    included)."""
+    the batch's wall time, its forward passes, the token rows they evaluated (padding
+    included) and their time; `overhead_s` = wall − model time, the engine's host work."""
 
     results: list[DecodeResult]
     wall_s: float
     nfe: int
     rows: int
+    model_s: float
+
+    @property
+    def overhead_s(self) -> float:
+        return max(0.0, self.wall_s - self.model_s)
 
 
 @torch.inference_mode()
@@ -117,8 +123,13 @@ def decode_batch(pair: Pair, prompts: list[str], config: DecodeConfig, seeds: li
     batch = Batch(len(prompts), slack=slack)
     nets = pair.kind.networks(pair, config, batch)
     settings = draft_settings(pair, config)
-    states = [DecodeState(config, Output(tok, config.max_new_tokens, config.stop),
-                          torch.Generator(device=device).manual_seed(seed), Meter()) for seed in seeds]
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+    rows = Rows(config, tok, generators, device)
+    program = pair.kind.rows_program(pair, config, settings, rows, encoded, nets)
+    if program is not None:
+        return _lockstep(program, config, rows, len(encoded), nets)
+    states = [DecodeState(config, Output(tok, config.max_new_tokens, config.stop), generator, Meter())
+              for generator in generators]
     finished = [0.0] * len(prompts)
 
     def row(i: int):
@@ -140,7 +151,38 @@ def decode_batch(pair: Pair, prompts: list[str], config: DecodeConfig, seeds: li
     sync(device)
     wall = time.perf_counter() - start
     return BatchResult([_result(s, config, finished[i]) for i, s in enumerate(states)], wall,
-                       sum(n.calls for n in nets.values()), sum(n.rows for n in nets.values()))
+                       *_work(nets))
+
+
+def _lockstep(program, config: DecodeConfig, rows: Rows, size: int, nets: dict) -> BatchResult:
+    """decode_batch with every row at once (lockstep.py)."""
+    sync(rows.device)
+    rows.start = time.perf_counter()
+    try:
+        program()
+    finally:
+        for net in nets.values():
+            net.close()
+    sync(rows.device)
+    wall = time.perf_counter() - rows.start
+    model_s = rows.meter.model_s()
+    results = []
+    for i in range(size):
+        iterations = int(rows.iterations[i])
+        results.append(DecodeResult(
+            text=rows.output(i).text(), token_ids=rows.out[i, :rows.count[i]].tolist(),
+            new_tokens=int(rows.count[i]), wall_s=rows.finished_s[i], model_s=model_s[i],
+            overhead_s=max(0.0, rows.finished_s[i] - model_s[i]), nfe=int(rows.meter.nfe[i]),
+            rows=int(rows.meter.rows[i]), iterations=iterations, accepted=int(rows.accepted[i]),
+            drafted=int(rows.drafted[i]), exact=is_exact(config), stop_reason=rows.stop_reason[i] or "length",
+            accept_lengths=rows.accept_lengths[i, :iterations].tolist() if config.schedule != "ar" else []))
+    return BatchResult(results, wall, *_work(nets))
+
+
+def _work(nets: dict) -> tuple[int, int, float]:
+    """The batch's forward passes, token rows and model time, over its networks."""
+    return (sum(n.work.nfe for n in nets.values()), sum(n.work.rows for n in nets.values()),
+            sum(n.work.model_s for n in nets.values()))
 
 
 def _result(state: DecodeState, config: DecodeConfig, wall: float) -> DecodeResult:

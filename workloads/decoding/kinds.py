@@ -27,6 +27,8 @@ from workloads.decoding.calls import CachedModel, Network
 from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, DecodeConfig
 from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafting import DraftSettings
+from workloads.decoding.lockstep import Rows
+from workloads.decoding.lockstep_schedules import ar_rows, linear_rows
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
@@ -123,6 +125,14 @@ class PairKind:
         """The loop of a schedule that drafts."""
         raise NotImplementedError
 
+    def rows_program(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, rows: Rows,
+                     prompts: list[list[int]], nets: dict) -> Program | None:
+        """The batch's schedule loop over every row at once (lockstep_schedules.py); None where
+        the schedule still runs a thread a row (batch.py)."""
+        if config.schedule == "ar":
+            return lambda: ar_rows(rows, nets["verifier"], prompts)
+        return None
+
 
 class TwoModel(PairKind):
     """A drafter network and a verifier network (paper 2610.31819)."""
@@ -139,6 +149,12 @@ class TwoModel(PairKind):
             profile = pair.profile
             nets["drafter"] = Network(pair.drafter, batch, profile.prefix_cache, profile.own_attention)
         return nets
+
+    def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
+        if config.schedule == "linear" and pair.profile.prefix_cache and not pair.profile.own_attention:
+            return lambda: linear_rows(rows, nets["drafter"], nets["verifier"], prompts, settings,
+                                       self.draft_width(config.block))
+        return super().rows_program(pair, config, settings, rows, prompts, nets)
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
         drafter = CachedModel(pair.drafter, state.meter, network=nets["drafter"], row=row)

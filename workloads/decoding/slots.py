@@ -31,11 +31,16 @@ class SlotCache:
         self.cache = DynamicCache()
         self.rows = list(range(rows))
         self.valid = torch.zeros(rows, 0, dtype=torch.bool)  # on the host: building masks never syncs
-        self.lengths = [0] * rows  # valid slots per row, by batch row
+        self.lengths = torch.zeros(rows, dtype=torch.long)  # valid slots per row, by batch row
         self.slack = SLACK if slack is None else slack
 
     def length(self, row: int) -> int:
-        return self.lengths[row]
+        return int(self.lengths[row])
+
+    def held_lengths(self) -> torch.Tensor:
+        """(len(rows),) the valid slots of each row held, in cache order: where its next
+        token's position starts."""
+        return self.lengths[self.rows]
 
     def view(self, rows: list[int]) -> tuple[DynamicCache, torch.Tensor]:
         """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
@@ -61,8 +66,7 @@ class SlotCache:
             new = torch.zeros(len(self.rows), kept.shape[1], dtype=torch.bool)
             new[self._index(rows)] = kept
         self.valid = torch.cat([self.valid, new], dim=1)
-        for row, count in zip(rows, kept.sum(1).tolist()):
-            self.lengths[row] += count
+        self.lengths[rows] += kept.sum(1)
         self._tidy()
 
     def crop(self, row: int, n: int) -> None:
@@ -75,11 +79,23 @@ class SlotCache:
         self.lengths[row] -= n
         self._tidy()
 
+    def crop_all(self, counts: torch.Tensor) -> None:
+        """Mask out the last counts[i] valid slots of each row held, in cache order (every
+        row's rejected drafts at once)."""
+        from_end = self.valid.flip(1).cumsum(1).flip(1)  # valid slots at or after each slot
+        self.valid &= ~(from_end <= counts[:, None])
+        self.lengths[self.rows] -= counts
+        self._tidy()
+
     def release(self, row: int) -> None:
         """Drop `row` from the cache: it has left the batch."""
-        if row not in self.rows:
+        self.drop([row])
+
+    def drop(self, rows: list[int]) -> None:
+        """Drop `rows` from the cache: they have left the batch."""
+        keep = [r for r in self.rows if r not in rows]
+        if len(keep) == len(self.rows):
             return
-        keep = [r for r in self.rows if r != row]
         index = self._index(keep)
         if self.cache.layers:
             device_index = index.to(self.cache.layers[0].keys.device)
@@ -115,7 +131,7 @@ class SlotCache:
         if self.valid.shape[1] and not self.valid[:, -1].any():
             seen = self.valid.any(0).nonzero()
             self._slice(int(seen.max()) + 1 if seen.numel() else 0)
-        held = sum(self.lengths[r] for r in self.rows)  # = valid.sum(): lengths count each row's valid slots
+        held = int(self.lengths[self.rows].sum())  # = valid.sum(): lengths count each row's valid slots
         if self.valid.numel() and 1 - held / self.valid.numel() > self.slack:
             self._compact()
 

@@ -15,5 +15,6 @@ def test_one_row_per_batch_size_with_its_own_ratio():
     for r in rows:
         assert r["ratio"] == r["best_tps"] / r["ar_tps"] and r["best"] in r["tps"]
         assert set(r["slack_tps"]) == {"0", "0.5", "1"} and min(r["slack_tps"].values()) > 0
+        assert r["ar_host_ms"] > 0 and r["best_host_ms"] > 0  # wall beyond model time, per iteration
     ar = decode_batch(pair, prompts, DecodeConfig(schedule="ar", max_new_tokens=8)).results
     assert hf_generate(pair, prompts, 8)[0] == sum(r.new_tokens for r in ar)

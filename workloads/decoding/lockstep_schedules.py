@@ -1,0 +1,154 @@
+"""The schedules of DESIGN.md over every row of a batch at once (lockstep.Rows): `ar`, and the
+speculative `linear` loop (draft from the newest prefix, then verify; paper 2610.31819,
+Algorithm 1) for drafters with a prefix cache. Each is the row loop of schedules.py with
+every per-row step a tensor op over the live rows: the same draws from each row's generator,
+the same acceptance rules (acceptance.verify_rows), the same cache convention (calls.py: a
+row's cache holds its verified prefix minus its last token).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
+from workloads.decoding.calls import Network
+from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores
+from workloads.decoding.lockstep import Layout, Rows
+from workloads.decoding.sampling import distribution, point_mass
+
+
+def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
+    """`ar` over the batch: the verifier prefills every prompt (padded to the longest) and
+    then takes one token a row a call."""
+    lengths = torch.tensor([len(p) for p in prompts])
+    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
+    width = ids.shape[1]
+    positions = torch.arange(width).expand(len(prompts), -1)
+    logits = rows.call(verifier, ids, positions, None, positions < lengths[:, None], lengths)
+    last = logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)]
+    one = torch.ones(len(prompts), 1, dtype=torch.bool)
+    while True:
+        tokens = rows.sample(last)
+        rows.iterations[rows.live] += 1
+        single = torch.ones(tokens.shape[0], dtype=torch.long)
+        stay = rows.leave(rows.emit(tokens[:, None], single), [verifier])
+        if rows.done:
+            return
+        tokens, one = tokens[stay.to(tokens.device)], one[stay]
+        logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None, one,
+                           single[stay])
+        last = logits[:, -1]
+
+
+def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The verifier over every prompt, padded to the longest: (each row's logits at its last
+    prompt token (L, V), the prompts padded (L, P))."""
+    lengths = torch.tensor([len(p) for p in prompts])
+    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
+    positions = torch.arange(ids.shape[1]).expand(len(prompts), -1)
+    logits = rows.call(verifier, ids, positions, None, positions < lengths[:, None], lengths)
+    return logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)], ids
+
+
+def draft_rows(rows: Rows, drafter: Network, pending: torch.Tensor, waiting: torch.Tensor,
+               last: torch.Tensor, widths: torch.Tensor, width: int,
+               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """diffusion_draft over every live row: row i drafts widths[i] tokens after its verified
+    prefix ending in last[i]; pending (L, P) holds the verified tokens its drafter has not
+    cached, waiting[i] of them (cached by its first call). Every call runs over every live
+    row; a row whose canvas is full rides along, drawing and counting nothing. Returns
+    (tokens (L, W), q (L, W, V)), W = `width`."""
+    tokens = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
+    masked = torch.arange(width) < widths[:, None]
+    q, step = None, 0
+    while bool(masked.any()):
+        active = masked.any(1)
+        counts = torch.where(active, widths, 0)
+        layout = Layout.of(waiting, 1 + widths, int((waiting + 1 + widths).max()), True, False)
+        ids = _block_ids(pending, waiting, last, tokens, layout, settings.mask_token_id)
+        positions = drafter.slots.held_lengths()[:, None] + torch.arange(ids.shape[1])
+        served = torch.where(active, layout.real, 0)
+        logits = rows.call(drafter, ids, positions, layout.among, layout.kept, served)
+        proposal, untempered = proposals(layout.region_rows(logits, width + 1), settings)
+        device, vocab = proposal.device, proposal.shape[-1]
+        drawn = candidates(proposal, settings,
+                           lambda c=counts, v=vocab, d=device: rows.exponential(c, width, v, d)).cpu()
+        if settings.steps is not None and settings.steps - step == 1:
+            chosen = masked.clone()
+        else:
+            probs = untempered.softmax(-1)
+            priority = scores(settings.unmask, probs, drawn.to(device),
+                              lambda c=counts, d=device: rows.uniform(c, width, d))
+            chosen = commit_mask(settings, masked.to(device), priority, probs.amax(-1), step).cpu()
+            chosen &= active[:, None]
+        tokens = torch.where(chosen, drawn, tokens)
+        q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
+        masked &= ~chosen
+        waiting = torch.zeros_like(waiting)
+        step += 1
+    return tokens, q if q is not None else torch.zeros(last.shape[0], width, 1)
+
+
+def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,
+               layout: Layout, mask_id: int) -> torch.Tensor:
+    """(L, Q) ids of a drafting call: each row's waiting tokens, its last verified token, its canvas."""
+    q_width, width = layout.among.shape[1], tokens.shape[1]
+    column = torch.arange(q_width)
+    prefix = torch.nn.functional.pad(pending, (0, max(0, q_width - pending.shape[1])))[:, :q_width]
+    slot = column - waiting[:, None] - 1  # the canvas slot at each column
+    canvas = tokens.gather(1, slot.clamp(0, max(width - 1, 0))) if width else torch.full_like(prefix, mask_id)
+    return torch.where(column < waiting[:, None], prefix,
+                       torch.where(column == waiting[:, None], last[:, None],
+                                   torch.where(slot >= 0, canvas, mask_id)))
+
+
+def verify_rows_step(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
+                     q: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The verifier over every live row's [last, draft], then its acceptance rule; the rows
+    after each row's accepted drafts leave the verifier's cache and the counts are kept.
+    Returns (accepted (L,), token (L,))."""
+    c = rows.config
+    live, width = tokens.shape
+    layout = Layout.of(torch.zeros_like(widths), 1 + widths, width + 1, False, True)
+    ids = torch.cat([last.cpu()[:, None], tokens], 1)
+    positions = verifier.slots.held_lengths()[:, None] + torch.arange(width + 1)
+    logits = rows.call(verifier, ids, positions, layout.among, layout.kept, layout.real)
+    drafted = tokens.to(logits.device)
+    lengths = widths.to(logits.device)
+    if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
+        accepted, token = verify_greedy_rows(logits, drafted, lengths)
+    else:
+        p = distribution(logits, c.temperature, c.top_k, c.top_p)
+        uniforms = rows.uniform(widths, width, p.device)
+        noise = rows.exponential(widths + 1, width + 1, p.shape[-1], p.device)
+        accepted, token = verify_rows(c.rule, p, q.to(p.device), drafted, lengths, uniforms, noise,
+                                      c.leniency)
+    accepted, token = accepted.cpu(), token.cpu()
+    verifier.slots.crop_all(widths - accepted)
+    index = rows.live
+    rows.accept_lengths[index, rows.iterations[index]] = accepted
+    rows.iterations[index] += 1
+    rows.drafted[index] += widths
+    rows.accepted[index] += accepted
+    return accepted, token
+
+
+def linear_rows(rows: Rows, drafter: Network, verifier: Network, prompts: list[list[int]],
+                settings: DraftSettings, width: int) -> None:
+    """`linear` over the batch (schedules.speculative with a standalone drafter), `width`
+    tokens drafted per iteration."""
+    logits, pending = prefill(rows, verifier, prompts)
+    last = rows.sample(logits).cpu()
+    waiting = torch.tensor([len(p) for p in prompts])
+    stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), [verifier, drafter])
+    last, pending, waiting = last[stay], pending[stay], waiting[stay]
+    while not rows.done:
+        room = rows.config.max_new_tokens - rows.count[rows.live] - 1  # a recovered or bonus token follows
+        widths = room.clamp(max=width)
+        tokens, q = draft_rows(rows, drafter, pending, waiting, last, widths, width, settings)
+        accepted, token = verify_rows_step(rows, verifier, last, tokens, q, widths)
+        emitted = torch.cat([tokens, torch.zeros_like(last)[:, None]], 1)
+        emitted[torch.arange(last.shape[0]), accepted] = token
+        pending, waiting = torch.cat([last[:, None], tokens], 1), accepted + 1
+        stay = rows.leave(rows.emit(emitted, accepted + 1), [verifier, drafter])
+        last, pending, waiting = token[stay], pending[stay], waiting[stay]
