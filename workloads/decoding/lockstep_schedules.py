@@ -108,7 +108,8 @@ def verify_rows_step(rows: Rows, verifier: Network, last: torch.Tensor, tokens: 
     after each row's accepted drafts leave the verifier's cache and the counts are kept.
     Returns (accepted (L,), token (L,))."""
     c = rows.config
-    live, width = tokens.shape
+    width = int(widths.max())  # the widest draft: near max_new_tokens every row drafts fewer
+    tokens, q = tokens[:, :width], q[:, :width]
     layout = Layout.of(torch.zeros_like(widths), 1 + widths, width + 1, False, True)
     ids = torch.cat([last.cpu()[:, None], tokens], 1)
     positions = verifier.slots.held_lengths()[:, None] + torch.arange(width + 1)
