@@ -105,33 +105,45 @@ class DFlashNetwork:
         width = max(r.ids.shape[0] for r in requests)
         context = torch.zeros(len(rows), n, self.width, device=self.device, dtype=self.dtype)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
-        positions = torch.zeros(len(rows), n + width, dtype=torch.long)
-        among = torch.zeros(len(rows), width, n + width, dtype=torch.bool)
-        among[:, :, n:] = torch.eye(width, dtype=torch.bool)  # padding rows see themselves
-        kept = torch.zeros(len(rows), n + width, dtype=torch.bool)
         for i, r in enumerate(requests):
-            c, q = r.features.shape[0], r.ids.shape[0]
-            context[i, :c] = r.features.to(self.dtype)
-            ids[i, :q] = r.ids.cpu()
-            positions[i, :c] = torch.arange(r.start, r.start + c)
-            positions[i, n:n + q] = torch.arange(r.start + c, r.start + c + q)
-            among[i, :q, :c] = True
-            among[i, :q, n:n + q] = True
-            kept[i, :c] = True
+            context[i, :r.features.shape[0]] = r.features.to(self.dtype)
+            ids[i, :r.ids.shape[0]] = r.ids.cpu()
+        contexts = torch.tensor([r.features.shape[0] for r in requests])
+        blocks = torch.tensor([r.ids.shape[0] for r in requests])
+        forward, commit = self.prepare(rows, context, contexts, ids, blocks)
+        logits, hidden = timed(self, requests, forward, width)
+        commit()
+        return [(logits[i, :r.ids.shape[0]], hidden[i, :r.ids.shape[0]]) for i, r in enumerate(requests)]
+
+    def prepare(self, rows: list[int], context: torch.Tensor, contexts: torch.Tensor, ids: torch.Tensor,
+                blocks: torch.Tensor):
+        """The forward over `rows`: context features (R, N, F), the first contexts[r] of them
+        row r's newly verified tokens' (cached), and block ids (R, Q), the first blocks[r] of
+        row r's block [last, canvas] (dropped). A row's block sees its valid slots, its
+        own context and its own block; its context continues its cached positions. Returns
+        (forward -> (logits (R, Q, V), block states (R, Q, H)), the commit of its slots)."""
+        n, width = context.shape[1], ids.shape[1]
+        starts = self.slots.held_lengths() if rows == self.slots.rows else torch.tensor(
+            [self.slots.length(r) for r in rows])
+        column, slot = torch.arange(n), torch.arange(width)
+        positions = torch.cat([starts[:, None] + column, (starts + contexts)[:, None] + slot], 1)
+        present = slot < blocks[:, None]  # (R, Q)
+        sees_context = present[:, :, None] & (column < contexts[:, None])[:, None, :]
+        sees_block = (present[:, :, None] & present[:, None, :]) | torch.eye(width, dtype=torch.bool)
+        among = torch.cat([sees_context, sees_block], 2)
+        kept = torch.cat([column < contexts[:, None], torch.zeros(len(rows), width, dtype=torch.bool)], 1)
         cache, valid = self.slots.view(rows)
         allowed = rows_after_slots(valid, among)
         ids = ids.to(self.device)
 
         def forward() -> tuple[torch.Tensor, torch.Tensor]:
             noise = (self.embed(ids) * self.scale).to(self.dtype)
-            hidden = self.model(target_hidden=context, noise_embedding=noise,
+            hidden = self.model(target_hidden=context.to(self.dtype), noise_embedding=noise,
                                 position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
                                 attention_mask=additive(allowed, self.dtype).to(self.device))
             return self.model.compute_logits(hidden, self.head), hidden
 
-        logits, hidden = timed(self, requests, forward, width)
-        self.slots.commit(rows, cache, kept)
-        return [(logits[i, :r.ids.shape[0]], hidden[i, :r.ids.shape[0]]) for i, r in enumerate(requests)]
+        return forward, lambda: self.slots.commit(rows, cache, kept)
 
     def release(self, row: int) -> None:
         self.slots.release(row)

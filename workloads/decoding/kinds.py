@@ -28,7 +28,7 @@ from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, Decod
 from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Rows
-from workloads.decoding.lockstep_schedules import ar_rows, linear_rows
+from workloads.decoding.lockstep_schedules import FeatureRows, IdRows, ar_rows, linear_rows
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
@@ -152,7 +152,7 @@ class TwoModel(PairKind):
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
         if config.schedule == "linear" and pair.profile.prefix_cache and not pair.profile.own_attention:
-            return lambda: linear_rows(rows, nets["drafter"], nets["verifier"], prompts, settings,
+            return lambda: linear_rows(rows, IdRows(nets["drafter"]), nets["verifier"], prompts, settings,
                                        self.draft_width(config.block))
         return super().rows_program(pair, config, settings, rows, prompts, nets)
 
@@ -239,6 +239,13 @@ class DFlash(PairKind):
             nets["drafter"] = DFlashNetwork(pair.drafter, pair.verifier, batch)
             nets["verifier"].tap = FeatureTap(pair.verifier, pair.drafter.target_layer_ids)
         return nets
+
+    def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
+        if config.schedule == "linear" and not is_dflash2(pair.drafter):
+            drafter = FeatureRows(nets["drafter"])
+            return lambda: linear_rows(rows, drafter, nets["verifier"], prompts, settings,
+                                       self.draft_width(config.block))
+        return super().rows_program(pair, config, settings, rows, prompts, nets)
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
         drafter = DFlashDrafter(pair.drafter, pair.verifier, state.meter, network=nets["drafter"], row=row)

@@ -50,26 +50,77 @@ def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[to
     return logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)], ids
 
 
-def draft_rows(rows: Rows, drafter: Network, pending: torch.Tensor, waiting: torch.Tensor,
-               last: torch.Tensor, widths: torch.Tensor, width: int,
+class IdRows:
+    """A standalone drafter's rows (schedules.StandaloneDrafter): the verified token ids each
+    row's drafter has not cached, `pending` (L, P), waiting[i] of them, ride along as causal
+    rows of its next call."""
+
+    def __init__(self, network: Network):
+        self.network = network
+        self.pending = self.waiting = None
+
+    def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
+        """The first counts[i] of the verifier's latest call's ids (L, Q) are now verified."""
+        self.pending, self.waiting = ids, counts
+
+    def keep(self, stay: torch.Tensor) -> None:
+        self.pending, self.waiting = self.pending[stay], self.waiting[stay]
+
+    def block(self, rows: Rows, last: torch.Tensor, tokens: torch.Tensor, widths: torch.Tensor,
+              served: torch.Tensor, mask_id: int) -> torch.Tensor:
+        """One drafting call over every live row: its waiting tokens (cached), then [last,
+        canvas], the canvas its first widths[i] slots of tokens (L, W). Returns the block
+        rows' logits (L, W + 1, V)."""
+        layout = Layout.of(self.waiting, 1 + widths, int((self.waiting + 1 + widths).max()), True, False)
+        ids = _block_ids(self.pending, self.waiting, last, tokens, layout, mask_id)
+        positions = self.network.slots.held_lengths()[:, None] + torch.arange(ids.shape[1])
+        logits = rows.call(self.network, ids, positions, layout.among, layout.kept,
+                           torch.where(served, layout.real, 0))
+        self.waiting = torch.zeros_like(self.waiting)
+        return layout.region_rows(logits, tokens.shape[1] + 1)
+
+
+class FeatureRows:
+    """A DFlash drafter's rows (dflash.DFlashDrafter): the verifier's features of the verified
+    rows each row's drafter has not cached, `pending` (L, N, F), waiting[i] of them, its
+    next call's context."""
+
+    def __init__(self, network):
+        self.network = network
+        self.pending = self.waiting = None
+
+    def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
+        self.pending, self.waiting = features[:, :int(counts.max())], counts
+
+    def keep(self, stay: torch.Tensor) -> None:
+        self.pending, self.waiting = self.pending[stay.to(self.pending.device)], self.waiting[stay]
+
+    def block(self, rows: Rows, last: torch.Tensor, tokens: torch.Tensor, widths: torch.Tensor,
+              served: torch.Tensor, mask_id: int) -> torch.Tensor:
+        blocks = 1 + widths
+        canvas = torch.where(torch.arange(tokens.shape[1]) < widths[:, None], tokens, mask_id)
+        ids = torch.cat([last[:, None], canvas], 1)
+        context = self.pending if bool(self.waiting.any()) else self.pending[:, :0]
+        forward, commit = self.network.prepare(self.network.slots.rows, context, self.waiting, ids, blocks)
+        logits, _ = rows.timed(self.network, forward, torch.where(served, blocks, 0), ids.numel(), commit)
+        self.waiting = torch.zeros_like(self.waiting)
+        return logits
+
+
+def draft_rows(rows: Rows, drafter, last: torch.Tensor, widths: torch.Tensor, width: int,
                settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """diffusion_draft over every live row: row i drafts widths[i] tokens after its verified
-    prefix ending in last[i]; pending (L, P) holds the verified tokens its drafter has not
-    cached, waiting[i] of them (cached by its first call). Every call runs over every live
-    row; a row whose canvas is full rides along, drawing and counting nothing. Returns
-    (tokens (L, W), q (L, W, V)), W = `width`."""
+    prefix ending in last[i] (K steps or τ, each a call of `drafter`, IdRows or FeatureRows).
+    Every call runs over every live row; a row whose canvas is full rides along, drawing and
+    counting nothing. Returns (tokens (L, W), q (L, W, V)), W = `width`."""
     tokens = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
     masked = torch.arange(width) < widths[:, None]
     q, step = None, 0
     while bool(masked.any()):
         active = masked.any(1)
         counts = torch.where(active, widths, 0)
-        layout = Layout.of(waiting, 1 + widths, int((waiting + 1 + widths).max()), True, False)
-        ids = _block_ids(pending, waiting, last, tokens, layout, settings.mask_token_id)
-        positions = drafter.slots.held_lengths()[:, None] + torch.arange(ids.shape[1])
-        served = torch.where(active, layout.real, 0)
-        logits = rows.call(drafter, ids, positions, layout.among, layout.kept, served)
-        proposal, untempered = proposals(layout.region_rows(logits, width + 1), settings)
+        logits = drafter.block(rows, last, tokens, widths, active, settings.mask_token_id)
+        proposal, untempered = proposals(logits, settings)
         device, vocab = proposal.device, proposal.shape[-1]
         drawn = candidates(proposal, settings,
                            lambda c=counts, v=vocab, d=device: rows.exponential(c, width, v, d)).cpu()
@@ -84,7 +135,6 @@ def draft_rows(rows: Rows, drafter: Network, pending: torch.Tensor, waiting: tor
         tokens = torch.where(chosen, drawn, tokens)
         q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
         masked &= ~chosen
-        waiting = torch.zeros_like(waiting)
         step += 1
     return tokens, q if q is not None else torch.zeros(last.shape[0], width, 1)
 
@@ -134,22 +184,32 @@ def verify_rows_step(rows: Rows, verifier: Network, last: torch.Tensor, tokens: 
     return accepted, token
 
 
-def linear_rows(rows: Rows, drafter: Network, verifier: Network, prompts: list[list[int]],
-                settings: DraftSettings, width: int) -> None:
-    """`linear` over the batch (schedules.speculative with a standalone drafter), `width`
-    tokens drafted per iteration."""
-    logits, pending = prefill(rows, verifier, prompts)
+def linear_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[int]], settings: DraftSettings,
+                width: int) -> None:
+    """`linear` over the batch (schedules.speculative), `width` tokens drafted per iteration;
+    `drafter`: IdRows (a standalone drafter) or FeatureRows (DFlash, reading the features
+    the verifier's tap caught)."""
+    logits, ids = prefill(rows, verifier, prompts)
     last = rows.sample(logits).cpu()
-    waiting = torch.tensor([len(p) for p in prompts])
-    stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), [verifier, drafter])
-    last, pending, waiting = last[stay], pending[stay], waiting[stay]
+    drafter.verified(ids, _features(verifier), torch.tensor([len(p) for p in prompts]))
+    networks = [verifier, drafter.network]
+    stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), networks)
+    last = last[stay]
+    drafter.keep(stay)
     while not rows.done:
         room = rows.config.max_new_tokens - rows.count[rows.live] - 1  # a recovered or bonus token follows
         widths = room.clamp(max=width)
-        tokens, q = draft_rows(rows, drafter, pending, waiting, last, widths, width, settings)
+        tokens, q = draft_rows(rows, drafter, last, widths, width, settings)
         accepted, token = verify_rows_step(rows, verifier, last, tokens, q, widths)
+        verified = torch.cat([last[:, None], tokens[:, :int(widths.max())]], 1)
+        drafter.verified(verified, _features(verifier), accepted + 1)
         emitted = torch.cat([tokens, torch.zeros_like(last)[:, None]], 1)
         emitted[torch.arange(last.shape[0]), accepted] = token
-        pending, waiting = torch.cat([last[:, None], tokens], 1), accepted + 1
-        stay = rows.leave(rows.emit(emitted, accepted + 1), [verifier, drafter])
-        last, pending, waiting = token[stay], pending[stay], waiting[stay]
+        stay = rows.leave(rows.emit(emitted, accepted + 1), networks)
+        last = token[stay]
+        drafter.keep(stay)
+
+
+def _features(verifier: Network) -> torch.Tensor | None:
+    """The features (L, Q, F) the verifier's tap caught in its latest call, if it has one."""
+    return verifier.tap.features if verifier.tap is not None else None
