@@ -28,7 +28,7 @@ from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, Decod
 from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Rows
-from workloads.decoding.lockstep_schedules import FeatureRows, IdRows, ar_rows, linear_rows
+from workloads.decoding.lockstep_schedules import FeatureRows, IdRows, ar_rows, speculative_rows
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
@@ -151,9 +151,11 @@ class TwoModel(PairKind):
         return nets
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if config.schedule == "linear" and pair.profile.prefix_cache and not pair.profile.own_attention:
-            return lambda: linear_rows(rows, IdRows(nets["drafter"]), nets["verifier"], prompts, settings,
-                                       self.draft_width(config.block))
+        cached = pair.profile.prefix_cache and not pair.profile.own_attention
+        if config.schedule in ("linear", "packed") and cached:
+            drafter = IdRows(nets["drafter"])
+            return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
+                                            self.draft_width(config.block))
         return super().rows_program(pair, config, settings, rows, prompts, nets)
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
@@ -241,10 +243,10 @@ class DFlash(PairKind):
         return nets
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if config.schedule == "linear" and not is_dflash2(pair.drafter):
+        if config.schedule in ("linear", "packed") and not is_dflash2(pair.drafter):
             drafter = FeatureRows(nets["drafter"])
-            return lambda: linear_rows(rows, drafter, nets["verifier"], prompts, settings,
-                                       self.draft_width(config.block))
+            return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
+                                            self.draft_width(config.block))
         return super().rows_program(pair, config, settings, rows, prompts, nets)
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
-from workloads.decoding.calls import Network
+from workloads.decoding.calls import Network, side_stream
 from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores
 from workloads.decoding.lockstep import Layout, Rows
 from workloads.decoding.sampling import distribution, point_mass
@@ -152,27 +152,33 @@ def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor,
                                    torch.where(slot >= 0, canvas, mask_id)))
 
 
-def verify_rows_step(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
-                     q: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The verifier over every live row's [last, draft], then its acceptance rule; the rows
-    after each row's accepted drafts leave the verifier's cache and the counts are kept.
-    Returns (accepted (L,), token (L,))."""
-    c = rows.config
-    width = int(widths.max())  # the widest draft: near max_new_tokens every row drafts fewer
-    tokens, q = tokens[:, :width], q[:, :width]
+def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
+                        widths: torch.Tensor) -> torch.Tensor:
+    """The verifier over every live row's [last, its first widths[i] drafts of tokens (L, W)],
+    appended to its cache; logits (L, W' + 1, V), W' the widest draft (near max_new_tokens
+    every row drafts fewer)."""
+    width = int(widths.max())
     layout = Layout.of(torch.zeros_like(widths), 1 + widths, width + 1, False, True)
-    ids = torch.cat([last.cpu()[:, None], tokens], 1)
+    ids = torch.cat([last.cpu()[:, None], tokens[:, :width]], 1)
     positions = verifier.slots.held_lengths()[:, None] + torch.arange(width + 1)
-    logits = rows.call(verifier, ids, positions, layout.among, layout.kept, layout.real)
-    drafted = tokens.to(logits.device)
-    lengths = widths.to(logits.device)
+    return rows.call(verifier, ids, positions, layout.among, layout.kept, layout.real)
+
+
+def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, tokens: torch.Tensor,
+                       q: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The acceptance rule on `verify_forward_rows`' logits; the rows after each row's
+    accepted drafts leave the verifier's cache and the counts are kept (verifying.verify_logits
+    over every row). Returns (accepted (L,), token (L,))."""
+    c = rows.config
+    width = logits.shape[1] - 1
+    drafted, lengths = tokens[:, :width].to(logits.device), widths.to(logits.device)
     if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
         accepted, token = verify_greedy_rows(logits, drafted, lengths)
     else:
         p = distribution(logits, c.temperature, c.top_k, c.top_p)
         uniforms = rows.uniform(widths, width, p.device)
         noise = rows.exponential(widths + 1, width + 1, p.shape[-1], p.device)
-        accepted, token = verify_rows(c.rule, p, q.to(p.device), drafted, lengths, uniforms, noise,
+        accepted, token = verify_rows(c.rule, p, q[:, :width].to(p.device), drafted, lengths, uniforms, noise,
                                       c.leniency)
     accepted, token = accepted.cpu(), token.cpu()
     verifier.slots.crop_all(widths - accepted)
@@ -184,11 +190,14 @@ def verify_rows_step(rows: Rows, verifier: Network, last: torch.Tensor, tokens: 
     return accepted, token
 
 
-def linear_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[int]], settings: DraftSettings,
-                width: int) -> None:
-    """`linear` over the batch (schedules.speculative), `width` tokens drafted per iteration;
-    `drafter`: IdRows (a standalone drafter) or FeatureRows (DFlash, reading the features
-    the verifier's tap caught)."""
+def speculative_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[int]],
+                     settings: DraftSettings, width: int) -> None:
+    """`linear` or `packed` (rows.config.schedule) over the batch (schedules.speculative),
+    `width` tokens drafted per iteration; `drafter`: IdRows (a standalone drafter) or
+    FeatureRows (DFlash, reading the features the verifier's tap caught). Under `packed` the
+    draft verified at iteration t + 1 was drafted from the prefix at the start of t, beside
+    t's verification (on a GPU on a second stream); its first A_t slots are dropped."""
+    packed = rows.config.schedule == "packed"
     logits, ids = prefill(rows, verifier, prompts)
     last = rows.sample(logits).cpu()
     drafter.verified(ids, _features(verifier), torch.tensor([len(p) for p in prompts]))
@@ -196,18 +205,43 @@ def linear_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[int]]
     stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), networks)
     last = last[stay]
     drafter.keep(stay)
+    full = torch.full_like(last, width)
+    if packed and not rows.done:
+        tokens, q = draft_rows(rows, drafter, last, full, width, settings)
+        have = full
     while not rows.done:
         room = rows.config.max_new_tokens - rows.count[rows.live] - 1  # a recovered or bonus token follows
-        widths = room.clamp(max=width)
-        tokens, q = draft_rows(rows, drafter, last, widths, width, settings)
-        accepted, token = verify_rows_step(rows, verifier, last, tokens, q, widths)
-        verified = torch.cat([last[:, None], tokens[:, :int(widths.max())]], 1)
-        drafter.verified(verified, _features(verifier), accepted + 1)
-        emitted = torch.cat([tokens, torch.zeros_like(last)[:, None]], 1)
+        if packed:
+            widths = torch.minimum(have, room)
+            logits = verify_forward_rows(rows, verifier, last, tokens, widths)
+            features = _features(verifier)
+            with side_stream(verifier.device):
+                fresh, fresh_q = draft_rows(rows, drafter, last, full, width, settings)
+        else:
+            widths = room.clamp(max=width)
+            tokens, q = draft_rows(rows, drafter, last, widths, width, settings)
+            logits = verify_forward_rows(rows, verifier, last, tokens, widths)
+            features = _features(verifier)
+        accepted, token = verify_finish_rows(rows, verifier, logits, tokens, q, widths)
+        checked = torch.cat([last[:, None], tokens[:, :logits.shape[1] - 1]], 1)  # the verifier's ids
+        drafter.verified(checked, features, accepted + 1)
+        emitted = torch.cat([tokens[:, :width], torch.zeros_like(last)[:, None]], 1)
         emitted[torch.arange(last.shape[0]), accepted] = token
         stay = rows.leave(rows.emit(emitted, accepted + 1), networks)
-        last = token[stay]
+        last, full = token[stay], full[stay]
         drafter.keep(stay)
+        if packed:  # the slots the verifier just filled are dropped from the next draft
+            keep = (accepted + 1)[stay]
+            tokens, q, have = _shifted(fresh[stay], fresh_q[stay.to(fresh_q.device)], keep)
+
+
+def _shifted(tokens: torch.Tensor, q: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each row's draft (L, W) and q (L, W, V) without its first keep[i] slots, left-aligned,
+    and how many slots remain (L,)."""
+    width = tokens.shape[1]
+    index = (keep[:, None] + torch.arange(width)).clamp(max=max(width - 1, 0))
+    moved_q = q.gather(1, index.to(q.device)[..., None].expand(-1, -1, q.shape[-1]))
+    return tokens.gather(1, index), moved_q, (width - keep).clamp(min=0)
 
 
 def _features(verifier: Network) -> torch.Tensor | None:
