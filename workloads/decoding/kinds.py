@@ -28,7 +28,14 @@ from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, Decod
 from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Rows
-from workloads.decoding.lockstep_schedules import FeatureRows, IdRows, ar_rows, speculative_rows
+from workloads.decoding.lockstep_schedules import (
+    FeatureRows,
+    IdRows,
+    ModelRows,
+    ar_rows,
+    diffusion_rows,
+    speculative_rows,
+)
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState
@@ -151,12 +158,13 @@ class TwoModel(PairKind):
         return nets
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        cached = pair.profile.prefix_cache and not pair.profile.own_attention
-        if config.schedule in ("linear", "packed") and cached:
-            drafter = IdRows(nets["drafter"])
-            return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
-                                            self.draft_width(config.block))
-        return super().rows_program(pair, config, settings, rows, prompts, nets)
+        if not (pair.profile.prefix_cache and not pair.profile.own_attention) or config.schedule == "ar":
+            return super().rows_program(pair, config, settings, rows, prompts, nets)
+        drafter = IdRows(nets["drafter"])
+        if config.schedule == "diffusion":
+            return lambda: diffusion_rows(rows, drafter, prompts, settings)
+        return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
+                                        self.draft_width(config.block))
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
         drafter = CachedModel(pair.drafter, state.meter, network=nets["drafter"], row=row)
@@ -201,6 +209,16 @@ class SelfSpec(PairKind):
 
     def models(self, pair: Pair) -> tuple:
         return pair.model, pair.model
+
+    def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
+        cached = pair.profile.prefix_cache and not pair.profile.own_attention
+        if config.verify_order != "ltr" or not cached or config.schedule in ("ar", "packed", "quadratic"):
+            return super().rows_program(pair, config, settings, rows, prompts, nets)
+        if config.schedule == "diffusion":  # the diffusion mode alone
+            return lambda: diffusion_rows(rows, IdRows(nets["verifier"]), prompts, settings)
+        drafter = ModelRows(nets["verifier"])
+        return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
+                                        self.draft_width(config.block))
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
         width = self.draft_width(config.block)

@@ -80,6 +80,14 @@ class IdRows:
         return layout.region_rows(logits, tokens.shape[1] + 1)
 
 
+class ModelRows(IdRows):
+    """A dual-mode network drafting for itself (selfspec `linear`): its cache is the
+    verifier's, so nothing waits to be cached and its drafting rows are dropped."""
+
+    def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
+        self.pending, self.waiting = ids[:, :0], torch.zeros_like(counts)
+
+
 class FeatureRows:
     """A DFlash drafter's rows (dflash.DFlashDrafter): the verifier's features of the verified
     rows each row's drafter has not cached, `pending` (L, N, F), waiting[i] of them, its
@@ -242,6 +250,24 @@ def _shifted(tokens: torch.Tensor, q: torch.Tensor, keep: torch.Tensor) -> tuple
     index = (keep[:, None] + torch.arange(width)).clamp(max=max(width - 1, 0))
     moved_q = q.gather(1, index.to(q.device)[..., None].expand(-1, -1, q.shape[-1]))
     return tokens.gather(1, index), moved_q, (width - keep).clamp(min=0)
+
+
+def diffusion_rows(rows: Rows, drafter: IdRows, prompts: list[list[int]], settings: DraftSettings) -> None:
+    """`diffusion` over the batch (schedules.diffusion): the drafter alone, block by block."""
+    lengths = torch.tensor([len(p) for p in prompts])
+    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
+    last = ids[torch.arange(len(prompts)), lengths - 1]
+    drafter.verified(ids, None, lengths - 1)  # the prompt but its last token waits to be cached
+    block = rows.config.block
+    while not rows.done:
+        widths = (rows.config.max_new_tokens - rows.count[rows.live]).clamp(max=block)
+        tokens, _ = draft_rows(rows, drafter, last, widths, block, settings)
+        rows.iterations[rows.live] += 1
+        drafter.verified(torch.cat([last[:, None], tokens], 1), None, widths)
+        ends = tokens[torch.arange(last.shape[0]), widths - 1]
+        stay = rows.leave(rows.emit(tokens, widths), [drafter.network])
+        last = ends[stay]
+        drafter.keep(stay)
 
 
 def _features(verifier: Network) -> torch.Tensor | None:
