@@ -34,6 +34,7 @@ from workloads.decoding.lockstep_schedules import (
     ModelRows,
     ar_rows,
     diffusion_rows,
+    one_call_rows,
     speculative_rows,
 )
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
@@ -212,13 +213,16 @@ class SelfSpec(PairKind):
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
         cached = pair.profile.prefix_cache and not pair.profile.own_attention
-        if config.verify_order != "ltr" or not cached or config.schedule in ("ar", "packed", "quadratic"):
+        if config.verify_order != "ltr" or not cached or config.schedule == "ar":
             return super().rows_program(pair, config, settings, rows, prompts, nets)
         if config.schedule == "diffusion":  # the diffusion mode alone
             return lambda: diffusion_rows(rows, IdRows(nets["verifier"]), prompts, settings)
+        width = self.draft_width(config.block)
+        if config.schedule in ("packed", "quadratic"):
+            quadratic = config.schedule == "quadratic"
+            return lambda: one_call_rows(rows, nets["verifier"], prompts, settings, width, quadratic)
         drafter = ModelRows(nets["verifier"])
-        return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
-                                        self.draft_width(config.block))
+        return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings, width)
 
     def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
         width = self.draft_width(config.block)

@@ -14,6 +14,7 @@ from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
 from workloads.decoding.calls import Network, side_stream
 from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores
 from workloads.decoding.lockstep import Layout, Rows
+from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.sampling import distribution, point_mass
 
 
@@ -173,10 +174,12 @@ def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, token
 
 
 def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, tokens: torch.Tensor,
-                       q: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The acceptance rule on `verify_forward_rows`' logits; the rows after each row's
-    accepted drafts leave the verifier's cache and the counts are kept (verifying.verify_logits
-    over every row). Returns (accepted (L,), token (L,))."""
+                       q: torch.Tensor, widths: torch.Tensor, cached: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The acceptance rule on `verify_forward_rows`' logits (L, W' + 1, V); the rows after
+    each row's accepted drafts leave the verifier's cache (of the `cached` rows its call kept;
+    default 1 + widths[i]) and the counts are kept (verifying.verify_logits over every row).
+    Returns (accepted (L,), token (L,))."""
     c = rows.config
     width = logits.shape[1] - 1
     drafted, lengths = tokens[:, :width].to(logits.device), widths.to(logits.device)
@@ -189,7 +192,7 @@ def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, toke
         accepted, token = verify_rows(c.rule, p, q[:, :width].to(p.device), drafted, lengths, uniforms, noise,
                                       c.leniency)
     accepted, token = accepted.cpu(), token.cpu()
-    verifier.slots.crop_all(widths - accepted)
+    verifier.slots.crop_all((widths if cached is None else cached - 1) - accepted)
     index = rows.live
     rows.accept_lengths[index, rows.iterations[index]] = accepted
     rows.iterations[index] += 1
@@ -268,6 +271,87 @@ def diffusion_rows(rows: Rows, drafter: IdRows, prompts: list[list[int]], settin
         stay = rows.leave(rows.emit(tokens, widths), [drafter.network])
         last = ends[stay]
         drafter.keep(stay)
+
+
+def one_call_rows(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,
+                  width: int, quadratic: bool) -> None:
+    """Self-speculative `packed` or `quadratic` over the batch (selfspec._one_call): one call a
+    iteration holds the verify region [last, draft, mask padding] and the proposal regions,
+    the same layout for every row (selfspec's masks.packed), so only ids and positions differ."""
+    block, mask = width + 1, settings.mask_token_id
+    last, tokens, q = _self_start(rows, model, prompts, settings, width)
+    stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), [model])
+    last, tokens, q = last[stay], tokens[stay], q[stay.to(q.device)]
+    have = torch.full_like(last, width)
+    regions = [(h, block + 1) for h in range(block)] if quadratic else [(0, block)]
+    layout = packed_layout(block, regions)
+    offsets = torch.cat([torch.arange(block)] + [torch.arange(h, h + size) for h, size in regions])
+    while not rows.done:
+        room = rows.config.max_new_tokens - rows.count[rows.live] - 1
+        widths = torch.minimum(have, room)
+        live = last.shape[0]
+        drafts = torch.where(torch.arange(width) < widths[:, None], tokens, mask)  # padded: never accepted
+        verify = torch.cat([last[:, None], drafts], 1)
+        ids = torch.cat([verify] + [torch.cat([verify[:, h:h + 1], torch.full((live, size - 1), mask)], 1)
+                                    for h, size in regions], 1)
+        kept = (torch.arange(ids.shape[1]) < block).expand(live, -1)
+        positions = model.slots.held_lengths()[:, None] + offsets
+        logits = rows.call(model, ids, positions, layout.expand(live, -1, -1), kept,
+                           torch.full((live,), ids.shape[1]))
+        n = int(widths.max())
+        accepted, token = verify_finish_rows(rows, model, logits[:, :n + 1], tokens, q, widths, cached=block)
+        emitted = torch.cat([tokens, torch.zeros_like(last)[:, None]], 1)
+        emitted[torch.arange(live), accepted] = token
+        if quadratic:  # the branch of the accepted count, minus the recovered or bonus token's slot
+            start, have = block + accepted * (block + 1) + 1, torch.full_like(last, width)
+        else:  # proposals from P_{t-1}: the first A_t slots were just filled
+            start, have = block + accepted + 1, (width - accepted - 1).clamp(min=0)
+        tokens, q = _self_proposals(rows, logits, start, have, width, settings)
+        stay = rows.leave(rows.emit(emitted, accepted + 1), [model])
+        last, tokens, q, have = token[stay], tokens[stay], q[stay.to(q.device)], have[stay]
+
+
+def _self_proposals(rows: Rows, logits: torch.Tensor, start: torch.Tensor, counts: torch.Tensor,
+                    width: int, settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's proposals from its region [anchor, counts[i] slots] at column start[i] of
+    logits (L, Q, V), drawn from its generator: (tokens (L, W), q (L, W, V))."""
+    index = (start[:, None] + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1).to(logits.device)
+    region = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    proposal, _ = proposals(region, settings)
+    drawn = candidates(proposal, settings,
+                       lambda: rows.exponential(counts, width, proposal.shape[-1], proposal.device))
+    return drawn.cpu(), proposal
+
+
+def _self_start(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,
+                width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """selfspec._start over every row: the first token and a full draft of `width` after it.
+    Greedy: the prompt and a region [its last token, W + 1 masks] that sees the prompt but
+    that token, in one call; sampling: a prefill, then a drafting call."""
+    if not point_mass(rows.config.temperature, rows.config.top_k):
+        logits, _ = prefill(rows, model, prompts)
+        first = rows.sample(logits).cpu()
+        full = torch.full_like(first, width)
+        drafter = ModelRows(model)
+        drafter.verified(first[:, None], None, first)  # nothing waits: the prompt is cached
+        tokens, q = draft_rows(rows, drafter, first, full, width, settings)
+        return first, tokens, q
+    lengths = torch.tensor([len(p) for p in prompts])
+    padded = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
+    size, region = padded.shape[1], width + 2
+    layout = Layout.of(lengths, torch.full_like(lengths, region), size + region, True, False)
+    column = torch.arange(size + region)
+    ends = lengths - 1  # the prompt's last token: copied into the region, which does not see it
+    in_region = (column >= lengths[:, None]) & (column < (lengths + region)[:, None])
+    among = layout.among & ~(in_region[:, :, None] & (column == ends[:, None])[:, None, :])
+    ids = torch.where(column < lengths[:, None], torch.nn.functional.pad(padded, (0, region)),
+                      settings.mask_token_id)
+    ids[torch.arange(len(prompts)), lengths] = padded[torch.arange(len(prompts)), ends]
+    positions = torch.where(in_region, ends[:, None] + column - lengths[:, None], column)
+    logits = rows.call(model, ids, positions, among, layout.kept, layout.real)
+    first = rows.sample(logits[torch.arange(len(prompts)), ends.to(logits.device)]).cpu()
+    tokens, q = _self_proposals(rows, logits, lengths + 1, torch.full_like(lengths, width), width, settings)
+    return first, tokens, q
 
 
 def _features(verifier: Network) -> torch.Tensor | None:
