@@ -17,7 +17,7 @@ import torch
 
 from workloads.decoding.batch import Batch, run_rows
 from workloads.decoding.calls import Meter, sync
-from workloads.decoding.config import ConfigError, DecodeConfig, is_exact
+from workloads.decoding.config import SPECULATIVE, ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.kinds import Pair, least_positions
 from workloads.decoding.lockstep import Rows
@@ -166,17 +166,18 @@ def _lockstep(program, config: DecodeConfig, rows: Rows, size: int, nets: dict) 
     sync(rows.device)
     wall = time.perf_counter() - rows.start
     model_s = rows.meter.model_s()
-    results = []
-    for i in range(size):
-        iterations = int(rows.iterations[i])
-        results.append(DecodeResult(
-            text=rows.output(i).text(), token_ids=rows.out[i, :rows.count[i]].tolist(),
-            new_tokens=int(rows.count[i]), wall_s=rows.finished_s[i], model_s=model_s[i],
-            overhead_s=max(0.0, rows.finished_s[i] - model_s[i]), nfe=int(rows.meter.nfe[i]),
-            rows=int(rows.meter.rows[i]), iterations=iterations, accepted=int(rows.accepted[i]),
-            drafted=int(rows.drafted[i]), exact=is_exact(config), stop_reason=rows.stop_reason[i] or "length",
-            accept_lengths=rows.accept_lengths[i, :iterations].tolist() if config.schedule != "ar" else []))
+    results = [_row_result(rows, i, config, model_s[i]) for i in range(size)]
     return BatchResult(results, wall, *_work(nets))
+
+
+def _row_result(rows: Rows, i: int, config: DecodeConfig, model_s: float) -> DecodeResult:
+    iterations, wall = int(rows.iterations[i]), rows.finished_s[i]
+    return DecodeResult(
+        text=rows.output(i).text(), token_ids=rows.out[i, :rows.count[i]].tolist(),
+        new_tokens=int(rows.count[i]), wall_s=wall, model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=int(rows.meter.nfe[i]),
+        rows=int(rows.meter.rows[i]), iterations=iterations, accepted=int(rows.accepted[i]),
+        drafted=int(rows.drafted[i]), exact=is_exact(config), stop_reason=rows.stop_reason[i] or "length",
+        accept_lengths=rows.accept_lengths[i, :iterations].tolist() if config.schedule in SPECULATIVE else [])
 
 
 def _work(nets: dict) -> tuple[int, int, float]:
