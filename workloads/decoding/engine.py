@@ -174,7 +174,8 @@ def _row_result(rows: Rows, i: int, config: DecodeConfig, model_s: float) -> Dec
     iterations, wall = int(rows.iterations[i]), rows.finished_s[i]
     return DecodeResult(
         text=rows.output(i).text(), token_ids=rows.out[i, :rows.count[i]].tolist(),
-        new_tokens=int(rows.count[i]), wall_s=wall, model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=int(rows.meter.nfe[i]),
+        new_tokens=int(rows.count[i]), wall_s=wall, model_s=model_s, overhead_s=max(0.0, wall - model_s),
+        nfe=int(rows.meter.nfe[i]),
         rows=int(rows.meter.rows[i]), iterations=iterations, accepted=int(rows.accepted[i]),
         drafted=int(rows.drafted[i]), exact=is_exact(config), stop_reason=rows.stop_reason[i] or "length",
         accept_lengths=rows.accept_lengths[i, :iterations].tolist() if config.schedule in SPECULATIVE else [])
