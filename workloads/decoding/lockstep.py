@@ -17,8 +17,9 @@ stop strings, reading each row's text.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from workloads.decoding.acceptance import draw
@@ -28,25 +29,19 @@ from workloads.decoding.output import Output
 from workloads.decoding.sampling import distribution, point_mass
 
 
-@dataclass
 class RowMeters:
     """Model work per batch row: each forward counted on every row it served, with the row's
     own token rows and the call's time (CPU seconds, or CUDA events read after the decode's
-    final synchronization, as calls.Meter)."""
+    final synchronization, as calls.Meter). Host-side numpy: a handful of rows costs
+    microseconds."""
 
-    size: int
-    device: torch.device
-    nfe: torch.Tensor = None
-    rows: torch.Tensor = None
-    cpu_s: torch.Tensor = None
-    events: list = field(default_factory=list)  # (begin, end, batch rows served)
+    def __init__(self, size: int):
+        self.nfe = np.zeros(size, dtype=np.int64)
+        self.rows = np.zeros(size, dtype=np.int64)
+        self.cpu_s = np.zeros(size)
+        self.events: list = []  # (begin, end, batch rows served)
 
-    def __post_init__(self):
-        self.nfe = torch.zeros(self.size, dtype=torch.long)
-        self.rows = torch.zeros(self.size, dtype=torch.long)
-        self.cpu_s = torch.zeros(self.size, dtype=torch.float64)
-
-    def add(self, interval, served: torch.Tensor, rows: torch.Tensor) -> None:
+    def add(self, interval, served: np.ndarray, rows: np.ndarray) -> None:
         self.nfe[served] += 1
         self.rows[served] += rows
         if isinstance(interval, tuple):
@@ -55,7 +50,7 @@ class RowMeters:
             self.cpu_s[served] += interval
 
     def model_s(self) -> list[float]:
-        total = self.cpu_s.clone()
+        total = self.cpu_s.copy()
         for begin, end, served in self.events:
             total[served] += begin.elapsed_time(end) / 1000
         return total.tolist()
@@ -63,28 +58,46 @@ class RowMeters:
 
 class Rows:
     """The rows of one batch decoding in lockstep: `live` (the batch rows still decoding, in
-    the order of every network's cache), what each emitted (`out`, `count`) and counted."""
+    the order of every network's cache), what each emitted (`out`, `count`) and counted.
+    The bookkeeping is numpy on the host; the schedules see torch tensors over the live rows."""
 
     def __init__(self, config: DecodeConfig, tokenizer, generators: list[torch.Generator],
                  device: torch.device):
         size = len(generators)
         self.config, self.tokenizer, self.generators, self.device = config, tokenizer, generators, device
-        self.live = torch.arange(size)
-        self.out = torch.zeros(size, config.max_new_tokens, dtype=torch.long)
-        self.count = torch.zeros(size, dtype=torch.long)
-        self.iterations = torch.zeros(size, dtype=torch.long)
-        self.drafted = torch.zeros(size, dtype=torch.long)
-        self.accepted = torch.zeros(size, dtype=torch.long)
-        self.accept_lengths = torch.zeros(size, config.max_new_tokens, dtype=torch.long)  # by iteration
+        self.live = np.arange(size)
+        self.out = np.zeros((size, config.max_new_tokens), dtype=np.int64)
+        self.count = np.zeros(size, dtype=np.int64)
+        self.iterations = np.zeros(size, dtype=np.int64)
+        self.drafted = np.zeros(size, dtype=np.int64)
+        self.accepted = np.zeros(size, dtype=np.int64)
+        self.accept_lengths = np.zeros((size, config.max_new_tokens), dtype=np.int64)  # by iteration
         self.stop_reason: list[str | None] = [None] * size
         self.finished_s = [0.0] * size
         self.start = time.perf_counter()
-        self.meter = RowMeters(size, device)
+        self.meter = RowMeters(size)
         self.eos = tokenizer.eos_token_id
 
     @property
     def done(self) -> bool:
-        return self.live.numel() == 0
+        return self.live.size == 0
+
+    def remaining(self) -> torch.Tensor:
+        """(L,) tokens each live row may still emit."""
+        return torch.from_numpy(self.config.max_new_tokens - self.count[self.live])
+
+    def iterated(self) -> None:
+        """Every live row has run one more iteration."""
+        self.iterations[self.live] += 1
+
+    def verified(self, widths: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Every live row verified a draft of widths[i] tokens and accepted accepted[i]: one
+        more iteration, counted."""
+        live, accepted = self.live, accepted.numpy()
+        self.accept_lengths[live, self.iterations[live]] = accepted
+        self.iterations[live] += 1
+        self.drafted[live] += widths.numpy()
+        self.accepted[live] += accepted
 
     def call(self, network: Network, ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
              kept: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -100,6 +113,7 @@ class Rows:
         began = network.work.start(network.device)
         out = forward()
         interval = network.work.mark(network.device, began)
+        real = real.numpy()
         served = real > 0
         self.meter.add(interval, self.live[served], real[served])
         network.work.add(interval, evaluated)
@@ -114,13 +128,13 @@ class Rows:
         if point_mass(c.temperature, c.top_k):
             return logits.argmax(-1)
         p = distribution(logits, c.temperature, c.top_k, c.top_p)
-        one = torch.ones(self.live.numel(), dtype=torch.long)
+        one = torch.ones(self.live.size, dtype=torch.long)
         return draw(p, self.exponential(one, 1, p.shape[-1], p.device)[:, 0])
 
     def exponential(self, counts: torch.Tensor, pad: int, width: int, device: torch.device) -> torch.Tensor:
         """Exp(1) noise (L, pad, width): live row i's first counts[i] rows drawn from its own
         generator, (counts[i], width) as it draws alone; the rest ones."""
-        out = torch.ones(self.live.numel(), pad, width, device=device)
+        out = torch.ones(self.live.size, pad, width, device=device)
         for j, (i, n) in enumerate(zip(self.live.tolist(), counts.tolist())):
             if n:
                 out[j, :n] = torch.empty(n, width, device=device).exponential_(generator=self.generators[i])
@@ -128,7 +142,7 @@ class Rows:
 
     def uniform(self, counts: torch.Tensor, pad: int, device: torch.device) -> torch.Tensor:
         """U(0, 1) draws (L, pad): live row i's first counts[i] from its own generator; the rest 0."""
-        out = torch.zeros(self.live.numel(), pad, device=device)
+        out = torch.zeros(self.live.size, pad, device=device)
         for j, (i, n) in enumerate(zip(self.live.tolist(), counts.tolist())):
             if n:
                 out[j, :n] = torch.rand(n, generator=self.generators[i], device=device)
@@ -138,37 +152,36 @@ class Rows:
         """Append each live row's first counts[i] of tokens (L, W), cut after EOS and at
         max_new_tokens (and, under stop strings, at the fewest tokens whose text holds one);
         returns which rows are now done (L,) bool, their stop reasons recorded."""
-        tokens, counts = tokens.cpu(), counts.cpu()
+        tokens, counts = tokens.cpu().numpy(), counts.cpu().numpy()
         live, width = self.live, tokens.shape[1]
-        at = torch.arange(width)
+        at = np.arange(width)
         have = self.count[live]
         take = (at < counts[:, None]) & (at < (self.config.max_new_tokens - have)[:, None])
-        ended = torch.zeros(live.numel(), dtype=torch.bool)
+        ended = np.zeros(live.size, dtype=bool)
         if self.eos is not None:
             is_eos = take & (tokens == self.eos)
-            take &= is_eos.long().cumsum(1) - is_eos.long() == 0  # nothing after the first EOS
+            take &= np.cumsum(is_eos, 1) - is_eos == 0  # nothing after the first EOS
             ended = is_eos.any(1)
-        columns = have[:, None] + at
-        self.out[live[:, None].expand(-1, width)[take], columns[take]] = tokens[take]
+        rows, columns = np.nonzero(take)
+        self.out[live[rows], have[rows] + columns] = tokens[rows, columns]
         self.count[live] = have + take.sum(1)
         full = self.count[live] >= self.config.max_new_tokens
-        stopped = self._stop_strings(~(ended | full)) if self.config.stop else torch.zeros_like(ended)
-        for i in live[ended].tolist():
-            self.stop_reason[i] = "eos"
-        for i in live[stopped & ~ended].tolist():
-            self.stop_reason[i] = "stop"
-        for i in live[full & ~ended & ~stopped].tolist():
-            self.stop_reason[i] = "length"
-        return ended | full | stopped
+        stopped = self._stop_strings(~(ended | full)) if self.config.stop else np.zeros_like(ended)
+        done = ended | full | stopped
+        if done.any():  # the reasons of the rows that leave: the first that holds, in this order
+            reasons = np.where(ended, "eos", np.where(stopped, "stop", "length"))
+            for i, reason in zip(live[done], reasons[done]):
+                self.stop_reason[i] = str(reason)
+        return torch.from_numpy(done)
 
-    def _stop_strings(self, going: torch.Tensor) -> torch.Tensor:
+    def _stop_strings(self, going: np.ndarray) -> np.ndarray:
         """Rows (L,) bool whose text now holds a stop string, cut at the fewest tokens that do."""
-        found = torch.zeros_like(going)
+        found = np.zeros_like(going)
         for j, i in enumerate(self.live.tolist()):
             if going[j]:
                 output = Output(self.tokenizer, self.config.max_new_tokens, self.config.stop)
                 output.ids = self.out[i, :self.count[i]].tolist()
-                if output._cut_at_stop_string():
+                if output.cut_at_stop_string():
                     self.count[i] = len(output.ids)
                     found[j] = True
         return found
@@ -176,7 +189,8 @@ class Rows:
     def leave(self, done: torch.Tensor, networks: list) -> torch.Tensor:
         """Rows done (L,) bool leave the batch and every network's cache; returns the mask of
         those that stay."""
-        if bool(done.any()):
+        done = done.numpy()
+        if done.any():
             now = time.perf_counter() - self.start
             left = self.live[done].tolist()
             for i in left:
@@ -184,12 +198,15 @@ class Rows:
             for network in networks:
                 network.slots.drop(left)
             self.live = self.live[~done]
-        return ~done
+        return torch.from_numpy(~done)
 
     def output(self, i: int) -> Output:
         output = Output(self.tokenizer, self.config.max_new_tokens, self.config.stop)
         output.ids, output.stop_reason = self.out[i, :self.count[i]].tolist(), self.stop_reason[i]
         return output
+
+
+_LAYOUTS: dict[tuple, Layout] = {}
 
 
 @dataclass(frozen=True)
@@ -207,6 +224,18 @@ class Layout:
     @classmethod
     def of(cls, prefix: torch.Tensor, region: torch.Tensor, width: int, bidirectional: bool,
            keep_region: bool) -> Layout:
+        """The layout, built once per shape: an iteration's calls repeat a few of them."""
+        key = (tuple(prefix.tolist()), tuple(region.tolist()), width, bidirectional, keep_region)
+        found = _LAYOUTS.get(key)
+        if found is None:
+            if len(_LAYOUTS) >= 4096:
+                _LAYOUTS.clear()
+            found = _LAYOUTS[key] = cls._build(prefix, region, width, bidirectional, keep_region)
+        return found
+
+    @classmethod
+    def _build(cls, prefix: torch.Tensor, region: torch.Tensor, width: int, bidirectional: bool,
+               keep_region: bool) -> Layout:
         column = torch.arange(width)
         real = prefix + region
         present = column < real[:, None]  # (L, Q)

@@ -21,24 +21,19 @@ from workloads.decoding.sampling import distribution, point_mass
 def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
     """`ar` over the batch: the verifier prefills every prompt (padded to the longest) and
     then takes one token a row a call."""
-    lengths = torch.tensor([len(p) for p in prompts])
-    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
-    width = ids.shape[1]
-    positions = torch.arange(width).expand(len(prompts), -1)
-    logits = rows.call(verifier, ids, positions, None, positions < lengths[:, None], lengths)
-    last = logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)]
+    logits, _ = prefill(rows, verifier, prompts)
     one = torch.ones(len(prompts), 1, dtype=torch.bool)
+    single = torch.ones(len(prompts), dtype=torch.long)
     while True:
-        tokens = rows.sample(last)
-        rows.iterations[rows.live] += 1
-        single = torch.ones(tokens.shape[0], dtype=torch.long)
+        tokens = rows.sample(logits)
+        rows.iterated()
         stay = rows.leave(rows.emit(tokens[:, None], single), [verifier])
         if rows.done:
             return
-        tokens, one = tokens[stay.to(tokens.device)], one[stay]
+        if not bool(stay.all()):
+            tokens, one, single = tokens[stay.to(tokens.device)], one[stay], single[stay]
         logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None, one,
-                           single[stay])
-        last = logits[:, -1]
+                           single)[:, -1]
 
 
 def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,15 +145,17 @@ def draft_rows(rows: Rows, drafter, last: torch.Tensor, widths: torch.Tensor, wi
 
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,
                layout: Layout, mask_id: int) -> torch.Tensor:
-    """(L, Q) ids of a drafting call: each row's waiting tokens, its last verified token, its canvas."""
+    """(L, Q) ids of a drafting call: each row's waiting tokens, its last verified token, its
+    canvas (its slots past widths are padding: masks)."""
     q_width, width = layout.among.shape[1], tokens.shape[1]
-    column = torch.arange(q_width)
-    prefix = torch.nn.functional.pad(pending, (0, max(0, q_width - pending.shape[1])))[:, :q_width]
-    slot = column - waiting[:, None] - 1  # the canvas slot at each column
-    canvas = tokens.gather(1, slot.clamp(0, max(width - 1, 0))) if width else torch.full_like(prefix, mask_id)
-    return torch.where(column < waiting[:, None], prefix,
-                       torch.where(column == waiting[:, None], last[:, None],
-                                   torch.where(slot >= 0, canvas, mask_id)))
+    ids = torch.full((last.shape[0], q_width + width + 1), mask_id, dtype=torch.long)  # room for padding
+    held = min(pending.shape[1], q_width)
+    ids[:, :held] = torch.where(torch.arange(held) < waiting[:, None], pending[:, :held], mask_id)
+    ids.scatter_(1, waiting[:, None], last[:, None])
+    slots = torch.arange(width)
+    canvas = torch.where(slots < (layout.real - waiting - 1)[:, None], tokens, mask_id)
+    ids.scatter_(1, waiting[:, None] + 1 + slots, canvas)
+    return ids[:, :q_width]
 
 
 def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
@@ -193,11 +190,7 @@ def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, toke
                                       c.leniency)
     accepted, token = accepted.cpu(), token.cpu()
     verifier.slots.crop_all((widths if cached is None else cached - 1) - accepted)
-    index = rows.live
-    rows.accept_lengths[index, rows.iterations[index]] = accepted
-    rows.iterations[index] += 1
-    rows.drafted[index] += widths
-    rows.accepted[index] += accepted
+    rows.verified(widths, accepted)
     return accepted, token
 
 
@@ -221,7 +214,7 @@ def speculative_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[
         tokens, q = draft_rows(rows, drafter, last, full, width, settings)
         have = full
     while not rows.done:
-        room = rows.config.max_new_tokens - rows.count[rows.live] - 1  # a recovered or bonus token follows
+        room = rows.remaining() - 1  # a recovered or bonus token follows
         if packed:
             widths = torch.minimum(have, room)
             logits = verify_forward_rows(rows, verifier, last, tokens, widths)
@@ -263,9 +256,9 @@ def diffusion_rows(rows: Rows, drafter: IdRows, prompts: list[list[int]], settin
     drafter.verified(ids, None, lengths - 1)  # the prompt but its last token waits to be cached
     block = rows.config.block
     while not rows.done:
-        widths = (rows.config.max_new_tokens - rows.count[rows.live]).clamp(max=block)
+        widths = rows.remaining().clamp(max=block)
         tokens, _ = draft_rows(rows, drafter, last, widths, block, settings)
-        rows.iterations[rows.live] += 1
+        rows.iterated()
         drafter.verified(torch.cat([last[:, None], tokens], 1), None, widths)
         ends = tokens[torch.arange(last.shape[0]), widths - 1]
         stay = rows.leave(rows.emit(tokens, widths), [drafter.network])
@@ -286,14 +279,16 @@ def one_call_rows(rows: Rows, model: Network, prompts: list[list[int]], settings
     regions = [(h, block + 1) for h in range(block)] if quadratic else [(0, block)]
     layout = packed_layout(block, regions)
     offsets = torch.cat([torch.arange(block)] + [torch.arange(h, h + size) for h, size in regions])
+    copies = torch.tensor([h for h, _ in regions])  # each region's first row copies verify row h
+    starts = torch.tensor([block + sum(size for _, size in regions[:i]) for i in range(len(regions))])
+    slots = torch.arange(width)
     while not rows.done:
-        room = rows.config.max_new_tokens - rows.count[rows.live] - 1
-        widths = torch.minimum(have, room)
+        widths = torch.minimum(have, rows.remaining() - 1)
         live = last.shape[0]
-        drafts = torch.where(torch.arange(width) < widths[:, None], tokens, mask)  # padded: never accepted
-        verify = torch.cat([last[:, None], drafts], 1)
-        ids = torch.cat([verify] + [torch.cat([verify[:, h:h + 1], torch.full((live, size - 1), mask)], 1)
-                                    for h, size in regions], 1)
+        ids = torch.full((live, layout.shape[0]), mask, dtype=torch.long)
+        ids[:, 0] = last
+        ids[:, 1:block] = torch.where(slots < widths[:, None], tokens, mask)  # padded: never accepted
+        ids[:, starts] = ids[:, copies]
         kept = (torch.arange(ids.shape[1]) < block).expand(live, -1)
         positions = model.slots.held_lengths()[:, None] + offsets
         logits = rows.call(model, ids, positions, layout.expand(live, -1, -1), kept,

@@ -25,7 +25,7 @@ class Output:
             if token in self.eos:
                 self.stop_reason = "eos"
                 return True
-        if self.stop and self._cut_at_stop_string():
+        if self.stop and self.cut_at_stop_string():
             self.stop_reason = "stop"
             return True
         if self.remaining <= 0:
@@ -33,7 +33,7 @@ class Output:
             return True
         return False
 
-    def _cut_at_stop_string(self) -> bool:
+    def cut_at_stop_string(self) -> bool:
         text = self.tokenizer.decode(self.ids)
         if not any(s in text for s in self.stop):
             return False

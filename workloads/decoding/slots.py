@@ -15,6 +15,7 @@ to the front (one copy of the cache).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -31,7 +32,7 @@ class SlotCache:
         self.cache = DynamicCache()
         self.rows = list(range(rows))
         self.valid = torch.zeros(rows, 0, dtype=torch.bool)  # on the host: building masks never syncs
-        self.lengths = torch.zeros(rows, dtype=torch.long)  # valid slots per row, by batch row
+        self.lengths = np.zeros(rows, dtype=np.int64)  # valid slots per row, by batch row (host numpy: cheap)
         self.slack = SLACK if slack is None else slack
 
     def length(self, row: int) -> int:
@@ -40,7 +41,7 @@ class SlotCache:
     def held_lengths(self) -> torch.Tensor:
         """(len(rows),) the valid slots of each row held, in cache order: where its next
         token's position starts."""
-        return self.lengths[self.rows]
+        return torch.from_numpy(self.lengths[self.rows])
 
     def view(self, rows: list[int]) -> tuple[DynamicCache, torch.Tensor]:
         """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
@@ -66,7 +67,7 @@ class SlotCache:
             new = torch.zeros(len(self.rows), kept.shape[1], dtype=torch.bool)
             new[self._index(rows)] = kept
         self.valid = torch.cat([self.valid, new], dim=1)
-        self.lengths[rows] += kept.sum(1)
+        self.lengths[rows] += kept.sum(1).numpy()
         self._tidy()
 
     def crop(self, row: int, n: int) -> None:
@@ -84,7 +85,7 @@ class SlotCache:
         row's rejected drafts at once)."""
         from_end = self.valid.flip(1).cumsum(1).flip(1)  # valid slots at or after each slot
         self.valid &= ~(from_end <= counts[:, None])
-        self.lengths[self.rows] -= counts
+        self.lengths[self.rows] -= counts.numpy()
         self._tidy()
 
     def release(self, row: int) -> None:
