@@ -27,6 +27,7 @@ from workloads.decoding.calls import Network
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.output import Output
 from workloads.decoding.sampling import distribution, point_mass
+from workloads.decoding.slots import swap_remove
 
 
 class RowMeters:
@@ -77,6 +78,7 @@ class Rows:
         self.start = time.perf_counter()
         self.meter = RowMeters(size)
         self.eos = tokenizer.eos_token_id
+        self._all = torch.arange(size)  # `leave`'s index when every row stays
 
     @property
     def done(self) -> bool:
@@ -187,18 +189,23 @@ class Rows:
         return found
 
     def leave(self, done: torch.Tensor, networks: list) -> torch.Tensor:
-        """Rows done (L,) bool leave the batch and every network's cache; returns the mask of
-        those that stay."""
+        """Rows done (L,) bool leave the batch and every network's cache, where the last rows
+        take their places (slots.swap_remove: a copy of the rows that move, not of the
+        cache); returns the index (L',) of the rows that stay, in their new order, to take
+        every per-row tensor of the schedule with."""
         done = done.numpy()
-        if done.any():
-            now = time.perf_counter() - self.start
-            left = self.live[done].tolist()
-            for i in left:
-                self.finished_s[i] = now
-            for network in networks:
-                network.slots.drop(left)
-            self.live = self.live[~done]
-        return torch.from_numpy(~done)
+        if not done.any():
+            return self._all
+        now = time.perf_counter() - self.start
+        left = self.live[done].tolist()
+        for i in left:
+            self.finished_s[i] = now
+        for network in {id(n): n for n in networks}.values():
+            network.slots.remove(left)
+        order = swap_remove(self.live.size, np.nonzero(done)[0].tolist())
+        self.live = self.live[order]
+        self._all = torch.arange(self.live.size)
+        return torch.tensor(order, dtype=torch.long)
 
     def output(self, i: int) -> Output:
         output = Output(self.tokenizer, self.config.max_new_tokens, self.config.stop)

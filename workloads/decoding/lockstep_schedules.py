@@ -30,7 +30,7 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
         stay = rows.leave(rows.emit(tokens[:, None], single), [verifier])
         if rows.done:
             return
-        if not bool(stay.all()):
+        if stay.numel() < tokens.shape[0]:
             tokens, one, single = tokens[stay.to(tokens.device)], one[stay], single[stay]
         logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None, one,
                            single)[:, -1]

@@ -92,6 +92,27 @@ class SlotCache:
         """Drop `row` from the cache: it has left the batch."""
         self.drop([row])
 
+    def remove(self, rows: list[int]) -> None:
+        """Drop `rows` from the cache by moving the last rows held into their places
+        (`swap_remove`): a copy of as many rows as leave, not of the whole cache. The order
+        of the rows held changes as `swap_remove` says."""
+        order = swap_remove(len(self.rows), [self.rows.index(r) for r in rows])
+        holes = [i for i, j in enumerate(order) if i != j]
+        if holes:
+            moved = [order[i] for i in holes]
+            if self.cache.layers:
+                to, device_holes = torch.tensor(moved), torch.tensor(holes)
+                for layer in self.cache.layers:
+                    index, into = to.to(layer.keys.device), device_holes.to(layer.keys.device)
+                    layer.keys[into] = layer.keys[index]
+                    layer.values[into] = layer.values[index]
+            self.valid[holes] = self.valid[moved]
+        end = len(order)
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[:end], layer.values[:end]
+        self.valid, self.rows = self.valid[:end], [self.rows[i] for i in order]
+        self._tidy()
+
     def drop(self, rows: list[int]) -> None:
         """Drop `rows` from the cache: they have left the batch."""
         keep = [r for r in self.rows if r not in rows]
@@ -152,3 +173,15 @@ class SlotCache:
             layer.values = layer.values.gather(
                 2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
         self.valid = torch.arange(width)[None] < counts[:, None]
+
+
+def swap_remove(size: int, removed: list[int]) -> list[int]:
+    """The positions, in the old order, of the rows that stay when the rows at `removed` leave
+    a sequence of `size`: each hole below the new end takes the last staying row beyond it."""
+    gone = set(removed)
+    end = size - len(gone)
+    movers = [i for i in range(end, size) if i not in gone]
+    order = list(range(end))
+    for hole, mover in zip(sorted(i for i in gone if i < end), movers):
+        order[hole] = mover
+    return order

@@ -4,7 +4,7 @@ row's valid slots in order, a row that leaves takes only its own slots."""
 import torch
 from transformers import DynamicCache
 
-from workloads.decoding.slots import SlotCache
+from workloads.decoding.slots import SlotCache, swap_remove
 
 
 def call(slots: SlotCache, rows: list[int], keys: torch.Tensor, kept: torch.Tensor) -> None:
@@ -40,3 +40,14 @@ def test_one_row_is_always_exactly_its_prefix():
     call(slots, [0], torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 1, 0, 0]], dtype=torch.bool))
     slots.crop(0, 1)
     assert isinstance(slots.cache, DynamicCache) and slots.valid.shape[1] == 1 and seen(slots, 0) == [1]
+
+
+def test_rows_that_leave_take_the_last_rows_into_their_places():
+    assert swap_remove(6, [1, 4]) == [0, 5, 2, 3]
+    assert swap_remove(3, [2]) == [0, 1] and swap_remove(2, [0, 1]) == []
+    slots = SlotCache(4)
+    call(slots, [0, 1, 2, 3], torch.tensor([[1, 2], [11, 12], [21, 22], [31, 32]]),
+         torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]], dtype=torch.bool))
+    slots.remove([0, 2])
+    assert slots.rows == [3, 1] and [seen(slots, r) for r in (3, 1)] == [[31, 32], [11]]
+    assert slots.held_lengths().tolist() == [2, 1]
