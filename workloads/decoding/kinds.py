@@ -29,6 +29,7 @@ from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, 
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Rows
 from workloads.decoding.lockstep_schedules import (
+    ChainRows,
     FeatureRows,
     IdRows,
     ModelRows,
@@ -265,8 +266,8 @@ class DFlash(PairKind):
         return nets
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if config.schedule in ("linear", "packed") and not is_dflash2(pair.drafter):
-            drafter = FeatureRows(nets["drafter"])
+        if config.schedule in ("linear", "packed"):
+            drafter = (ChainRows if is_dflash2(pair.drafter) else FeatureRows)(nets["drafter"])
             return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
                                             self.draft_width(config.block))
         return super().rows_program(pair, config, settings, rows, prompts, nets)

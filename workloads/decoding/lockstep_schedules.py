@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
+from workloads.decoding.acceptance import draw, verify_greedy_rows, verify_rows
 from workloads.decoding.calls import Network, side_stream
-from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores
+from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores, slot_logits
 from workloads.decoding.lockstep import Layout, Rows
 from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.sampling import distribution, point_mass
@@ -46,21 +46,30 @@ def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[to
     return logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)], ids
 
 
-class IdRows:
-    """A standalone drafter's rows (schedules.StandaloneDrafter): the verified token ids each
-    row's drafter has not cached, `pending` (L, P), waiting[i] of them, ride along as causal
-    rows of its next call."""
+class Drafting:
+    """A drafter's rows in lockstep (schedules.Drafter over every row): `pending`, what each
+    row's drafter has not cached, waiting[i] of it; `verified` queues the verifier's latest
+    rows, `block` is one drafting call, `draft` a whole draft (diffusion K steps or τ)."""
 
-    def __init__(self, network: Network):
+    def __init__(self, network):
         self.network = network
         self.pending = self.waiting = None
+
+    def keep(self, stay: torch.Tensor) -> None:
+        self.pending, self.waiting = self.pending[stay.to(self.pending.device)], self.waiting[stay]
+
+    def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
+              settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+        return draft_rows(rows, self, last, widths, width, settings)
+
+
+class IdRows(Drafting):
+    """A standalone drafter's rows (schedules.StandaloneDrafter): the verified token ids each
+    row's drafter has not cached, `pending` (L, P), ride along as causal rows of its next call."""
 
     def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
         """The first counts[i] of the verifier's latest call's ids (L, Q) are now verified."""
         self.pending, self.waiting = ids, counts
-
-    def keep(self, stay: torch.Tensor) -> None:
-        self.pending, self.waiting = self.pending[stay], self.waiting[stay]
 
     def block(self, rows: Rows, last: torch.Tensor, tokens: torch.Tensor, widths: torch.Tensor,
               served: torch.Tensor, mask_id: int) -> torch.Tensor:
@@ -84,20 +93,12 @@ class ModelRows(IdRows):
         self.pending, self.waiting = ids[:, :0], torch.zeros_like(counts)
 
 
-class FeatureRows:
+class FeatureRows(Drafting):
     """A DFlash drafter's rows (dflash.DFlashDrafter): the verifier's features of the verified
-    rows each row's drafter has not cached, `pending` (L, N, F), waiting[i] of them, its
-    next call's context."""
-
-    def __init__(self, network):
-        self.network = network
-        self.pending = self.waiting = None
+    rows each row's drafter has not cached, `pending` (L, N, F), its next call's context."""
 
     def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
         self.pending, self.waiting = features[:, :int(counts.max())], counts
-
-    def keep(self, stay: torch.Tensor) -> None:
-        self.pending, self.waiting = self.pending[stay.to(self.pending.device)], self.waiting[stay]
 
     def block(self, rows: Rows, last: torch.Tensor, tokens: torch.Tensor, widths: torch.Tensor,
               served: torch.Tensor, mask_id: int) -> torch.Tensor:
@@ -106,12 +107,49 @@ class FeatureRows:
         ids = torch.cat([last[:, None], canvas], 1)
         context = self.pending if bool(self.waiting.any()) else self.pending[:, :0]
         forward, commit = self.network.prepare(self.network.slots.rows, context, self.waiting, ids, blocks)
-        logits, _ = rows.timed(self.network, forward, torch.where(served, blocks, 0), ids.numel(), commit)
+        logits, self.hidden = rows.timed(self.network, forward, torch.where(served, blocks, 0), ids.numel(),
+                                         commit)
         self.waiting = torch.zeros_like(self.waiting)
-        return logits
+        return logits  # self.hidden: the block rows' states, for DFlash 2's candidate chain
 
 
-def draft_rows(rows: Rows, drafter, last: torch.Tensor, widths: torch.Tensor, width: int,
+class ChainRows(FeatureRows):
+    """A DFlash 2 drafter's rows: one block pass, then its candidate chain drawn slot by slot
+    over every row at once (dflash.chain_draft)."""
+
+    def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
+              settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+        """dflash.chain_draft over every live row, row i's chain widths[i] slots long: a
+        candidate c after the token t chosen before it scores logit(c) + ⟨pred(t) ⊙ W h,
+        succ(c)⟩, drawn from q = softmax(s / T) over the slot's candidates (argmax at a
+        point-mass setting). Returns (tokens (L, W), q (L, W, V))."""
+        selector = self.network.model.candidate_selector
+        canvas = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
+        if width == 0:
+            return canvas, torch.zeros(last.shape[0], 0, 1)
+        logits = slot_logits(self.block(rows, last, canvas, widths, widths > 0, settings.mask_token_id),
+                             settings)  # (L, W, V), the mask token excluded
+        unary, candidates = logits.topk(selector.top_k, dim=-1)  # (L, W, k)
+        states = selector.hidden_projection(self.hidden[:, 1:].to(selector.hidden_projection.weight.dtype))
+        successors = selector.successor_codebook(candidates)  # (L, W, k, r)
+        before, q, tokens = last.to(logits.device), torch.zeros_like(logits), []
+        for i in range(width):  # slot by slot: each draws after the token chosen before it
+            scores = unary[:, i] + (successors[:, i] @ (selector.predecessor_codebook(before)
+                                                        * states[:, i]).float()[..., None])[..., 0]
+            if point_mass(settings.temperature, settings.top_k):
+                chosen = scores.argmax(-1)
+                q[:, i].scatter_(1, candidates[:, i].gather(1, chosen[:, None]), 1.0)
+            else:
+                weights = distribution(scores, settings.temperature)
+                drawing = (widths > i).long()  # a row draws only for its own slots
+                chosen = draw(weights, rows.exponential(drawing, 1, weights.shape[-1], weights.device)[:, 0])
+                q[:, i].scatter_(1, candidates[:, i], weights)
+            before = candidates[:, i].gather(1, chosen[:, None])[:, 0]
+            tokens.append(before.cpu())
+        return torch.stack(tokens, 1), q
+
+
+def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.Tensor, width: int,
                settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """diffusion_draft over every live row: row i drafts widths[i] tokens after its verified
     prefix ending in last[i] (K steps or τ, each a call of `drafter`, IdRows or FeatureRows).
@@ -211,7 +249,7 @@ def speculative_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[
     drafter.keep(stay)
     full = torch.full_like(last, width)
     if packed and not rows.done:
-        tokens, q = draft_rows(rows, drafter, last, full, width, settings)
+        tokens, q = drafter.draft(rows, last, full, width, settings)
         have = full
     while not rows.done:
         room = rows.remaining() - 1  # a recovered or bonus token follows
@@ -220,10 +258,10 @@ def speculative_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[
             logits = verify_forward_rows(rows, verifier, last, tokens, widths)
             features = _features(verifier)
             with side_stream(verifier.device):
-                fresh, fresh_q = draft_rows(rows, drafter, last, full, width, settings)
+                fresh, fresh_q = drafter.draft(rows, last, full, width, settings)
         else:
             widths = room.clamp(max=width)
-            tokens, q = draft_rows(rows, drafter, last, widths, width, settings)
+            tokens, q = drafter.draft(rows, last, widths, width, settings)
             logits = verify_forward_rows(rows, verifier, last, tokens, widths)
             features = _features(verifier)
         accepted, token = verify_finish_rows(rows, verifier, logits, tokens, q, widths)
@@ -257,7 +295,7 @@ def diffusion_rows(rows: Rows, drafter: IdRows, prompts: list[list[int]], settin
     block = rows.config.block
     while not rows.done:
         widths = rows.remaining().clamp(max=block)
-        tokens, _ = draft_rows(rows, drafter, last, widths, block, settings)
+        tokens, _ = drafter.draft(rows, last, widths, block, settings)
         rows.iterated()
         drafter.verified(torch.cat([last[:, None], tokens], 1), None, widths)
         ends = tokens[torch.arange(last.shape[0]), widths - 1]
@@ -329,7 +367,7 @@ def _self_start(rows: Rows, model: Network, prompts: list[list[int]], settings: 
         full = torch.full_like(first, width)
         drafter = ModelRows(model)
         drafter.verified(first[:, None], None, first)  # nothing waits: the prompt is cached
-        tokens, q = draft_rows(rows, drafter, first, full, width, settings)
+        tokens, q = drafter.draft(rows, first, full, width, settings)
         return first, tokens, q
     lengths = torch.tensor([len(p) for p in prompts])
     padded = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)

@@ -10,7 +10,7 @@ import torch
 from dflash.model import DFlashDraftModel, dflash_generate
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from workloads.decoding import DecodeConfig, decode
+from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.dflash import FeatureTap
 from workloads.models.pair import DFlashPair, PairError, check_dflash_fit
 from workloads.models.profiles import resolve
@@ -158,3 +158,19 @@ def test_an_absent_dflash_checkpoint_is_the_usual_offline_line():
     with pytest.raises(PairError, match=r"pair.drafter: cannot load 'z-lab/Nothing-DFlash-b16'.*offline, "
                                         r"download it first"):
         load_pair(spec)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "packed"])
+def test_dflash2_chains_in_lockstep_decode_as_the_row_loop(tiny_dflash2, monkeypatch, schedule):
+    """Greedy and sampled, a batch of DFlash 2 rows draws each row's chain as that row alone."""
+    from tests.workloads.decoding.test_lockstep import measured, row_loops
+
+    prompts = ["1+1=", "23+4=", "7*8=", "100-1=", "5+5="]
+    for config in (DecodeConfig(schedule=schedule, block=8, max_new_tokens=20),
+                   DecodeConfig(schedule=schedule, block=8, max_new_tokens=20, temperature=1.0, top_k=5)):
+        together = decode_batch(tiny_dflash2, prompts, config, seeds=list(range(5))).results
+        with monkeypatch.context() as patch:
+            row_loops(patch, tiny_dflash2.kind)
+            looped = decode_batch(tiny_dflash2, prompts, config, seeds=list(range(5))).results
+        assert measured(together) == measured(looped)
+        assert sum(r.drafted for r in together) > 0
