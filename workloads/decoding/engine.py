@@ -3,9 +3,10 @@ each row's measurements; `decode(pair, prompt, config)` is the batch of one.
 
 The schedules are those of DESIGN.md: `ar`, `diffusion`, `linear`, `packed` (schedules.py)
 and, on a dual-mode pair, `quadratic` (selfspec.py) and any-order Packed-SS (anyorder.py).
-Which of them a pair runs, and how one row of it decodes, is its kind's (`pair.kind`,
-kinds.py); this module checks the prompts, builds the batch's networks and rows, runs them
-together and measures them.
+Which of them a pair runs, and how its batch decodes, is its kind's (`pair.kind`, kinds.py):
+every row at once as tensors (lockstep*.py), or, for a drafter without a prefix cache and
+any-order verification, a row loop a row (batch.py). This module checks the prompts, builds
+the batch's networks and rows, runs them and measures them.
 """
 
 from __future__ import annotations

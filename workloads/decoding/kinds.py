@@ -28,16 +28,9 @@ from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, Decod
 from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Rows
-from workloads.decoding.lockstep_schedules import (
-    ChainRows,
-    FeatureRows,
-    IdRows,
-    ModelRows,
-    ar_rows,
-    diffusion_rows,
-    one_call_rows,
-    speculative_rows,
-)
+from workloads.decoding.lockstep_drafting import ChainRows, FeatureRows, IdRows, ModelRows
+from workloads.decoding.lockstep_schedules import ar_rows, diffusion_rows, speculative_rows
+from workloads.decoding.lockstep_selfspec import one_call_rows
 from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
 from workloads.decoding.selfspec import self_speculative
 from workloads.decoding.state import DecodeState

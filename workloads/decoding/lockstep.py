@@ -5,7 +5,9 @@ Rows stay ragged: each has its own cache slots and positions (slots.SlotCache, o
 the batch), its own emitted tokens and counts, and its own stop; a row that stops leaves the
 batch (its slots are dropped) and the others go on. `Rows` holds what the live rows emitted
 and counted; a schedule's loop asks it to sample, to emit and to run a network's forward over
-every live row (`call`).
+every live row (`call`). The loops are lockstep_schedules.py (`ar`, `diffusion`, `linear`,
+`packed`) and lockstep_selfspec.py (self `packed`, `quadratic`), over lockstep_drafting.py and
+lockstep_verifying.py, as schedules.py and selfspec.py are over drafting.py and verifying.py.
 
 Randomness stays per row: a row draws from its own generator exactly what it draws decoding
 alone (the same count, in the same order), and the draws of the live rows are stacked into

@@ -1,0 +1,48 @@
+"""One verification over every row of a batch at once (verifying.py in lockstep): the
+verifier's forward over each row's [last, draft], then its acceptance rule
+(acceptance.verify_rows) and the crop of the rows after each row's accepted drafts."""
+
+from __future__ import annotations
+
+import torch
+
+from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
+from workloads.decoding.calls import Network
+from workloads.decoding.lockstep import Layout, Rows
+from workloads.decoding.sampling import distribution, point_mass
+
+
+def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
+                        widths: torch.Tensor) -> torch.Tensor:
+    """The verifier over every live row's [last, its first widths[i] drafts of tokens (L, W)],
+    appended to its cache; logits (L, W' + 1, V), W' the widest draft (near max_new_tokens
+    every row drafts fewer)."""
+    width = int(widths.max())
+    layout = Layout.of(torch.zeros_like(widths), 1 + widths, width + 1, False, True)
+    ids = torch.cat([last.cpu()[:, None], tokens[:, :width]], 1)
+    positions = verifier.slots.held_lengths()[:, None] + torch.arange(width + 1)
+    return rows.call(verifier, ids, positions, layout.among, layout.kept, layout.real)
+
+
+def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, tokens: torch.Tensor,
+                       q: torch.Tensor, widths: torch.Tensor, cached: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The acceptance rule on `verify_forward_rows`' logits (L, W' + 1, V); the rows after
+    each row's accepted drafts leave the verifier's cache (of the `cached` rows its call kept;
+    default 1 + widths[i]) and the counts are kept (verifying.verify_logits over every row).
+    Returns (accepted (L,), token (L,))."""
+    c = rows.config
+    width = logits.shape[1] - 1
+    drafted, lengths = tokens[:, :width].to(logits.device), widths.to(logits.device)
+    if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
+        accepted, token = verify_greedy_rows(logits, drafted, lengths)
+    else:
+        p = distribution(logits, c.temperature, c.top_k, c.top_p)
+        uniforms = rows.uniform(widths, width, p.device)
+        noise = rows.exponential(widths + 1, width + 1, p.shape[-1], p.device)
+        accepted, token = verify_rows(c.rule, p, q[:, :width].to(p.device), drafted, lengths, uniforms, noise,
+                                      c.leniency)
+    accepted, token = accepted.cpu(), token.cpu()
+    verifier.slots.crop_all((widths if cached is None else cached - 1) - accepted)
+    rows.verified(widths, accepted)
+    return accepted, token
