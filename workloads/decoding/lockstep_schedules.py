@@ -12,7 +12,7 @@ import torch
 from workloads.decoding.calls import Network, side_stream
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Rows
-from workloads.decoding.lockstep_drafting import IdRows
+from workloads.decoding.lockstep_drafting import Drafting, IdRows
 from workloads.decoding.lockstep_verifying import verify_finish_rows, verify_forward_rows
 
 
@@ -44,7 +44,7 @@ def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[to
     return logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)], ids
 
 
-def speculative_rows(rows: Rows, drafter, verifier: Network, prompts: list[list[int]],
+def speculative_rows(rows: Rows, drafter: Drafting, verifier: Network, prompts: list[list[int]],
                      settings: DraftSettings, width: int) -> None:
     """`linear` or `packed` (rows.config.schedule) over the batch (schedules.speculative),
     `width` tokens drafted per iteration; `drafter`: IdRows (a standalone drafter) or
