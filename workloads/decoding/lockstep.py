@@ -118,8 +118,11 @@ class Rows:
         out = forward()
         interval = network.work.mark(network.device, began)
         real = real.numpy()
-        served = real > 0
-        self.meter.add(interval, self.live[served], real[served])
+        if real.all():
+            self.meter.add(interval, self.live, real)
+        else:
+            served = real > 0
+            self.meter.add(interval, self.live[served], real[served])
         network.work.add(interval, evaluated)
         commit()
         return out
@@ -259,6 +262,9 @@ class Layout:
     def region_rows(self, values: torch.Tensor, rows: int) -> torch.Tensor:
         """values (L, Q, ...) at each row's region columns start .. start + rows − 1 (clamped
         into Q past a short region's end): (L, rows, ...)."""
+        first = int(self.starts.min())
+        if first == int(self.starts.max()) and first + rows <= values.shape[1]:  # one start: a view
+            return values[:, first:first + rows]
         index = (self.starts[:, None] + torch.arange(rows)).clamp(max=values.shape[1] - 1).to(values.device)
         return values.gather(1, index.view(*index.shape, *[1] * (values.dim() - 2)).expand(
             -1, -1, *values.shape[2:]))
