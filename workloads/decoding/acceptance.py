@@ -157,18 +157,11 @@ def verify_rows(rule: str, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor
     return accepted, torch.where(accepted == lengths, bonus, recovered)
 
 
-def verify_greedy(logits: torch.Tensor, drafted: torch.Tensor) -> Verification:
-    """`lossless` at verifier temperature 0, without sampling machinery: `verify_greedy_rows`
-    on a batch of one. logits (B + 1, V), drafted (B,)."""
-    length = torch.tensor([drafted.shape[0]], device=drafted.device)
-    accepted, token = verify_greedy_rows(logits[None], drafted[None], length)
-    return Verification(int(accepted[0]), int(token[0]))
-
-
 def verify_greedy_rows(logits: torch.Tensor, drafted: torch.Tensor, lengths: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """p_i is one-hot at argmax, so y_i is accepted iff it is the argmax, and the recovered or
-    bonus token is the argmax of the first row not accepted. logits (R, B + 1, V), drafted
+    """`lossless` at verifier temperature 0, without sampling machinery: p_i is one-hot at
+    argmax, so y_i is accepted iff it is the argmax, and the recovered or bonus token is the
+    argmax of the first row not accepted. logits (R, B + 1, V), drafted
     (R, B), lengths (R,) -> (accepted (R,), token (R,))."""
     best = logits.argmax(-1)  # (R, B + 1)
     width = drafted.shape[1]

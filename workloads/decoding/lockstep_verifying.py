@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
 from workloads.decoding.calls import Network
 from workloads.decoding.lockstep import Layout, Rows
-from workloads.decoding.sampling import distribution, point_mass
+from workloads.decoding.verifying import accept
 
 
 def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
@@ -31,17 +30,14 @@ def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, toke
     each row's accepted drafts leave the verifier's cache (of the `cached` rows its call kept;
     default 1 + widths[i]) and the counts are kept (verifying.verify_logits over every row).
     Returns (accepted (L,), token (L,))."""
-    c = rows.config
     width = logits.shape[1] - 1
     drafted, lengths = tokens[:, :width].to(logits.device), widths.to(logits.device)
-    if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
-        accepted, token = verify_greedy_rows(logits, drafted, lengths)
-    else:
-        p = distribution(logits, c.temperature, c.top_k, c.top_p)
-        uniforms = rows.uniform(widths, width, p.device)
-        noise = rows.exponential(widths + 1, width + 1, p.shape[-1], p.device)
-        accepted, token = verify_rows(c.rule, p, q[:, :width].to(p.device), drafted, lengths, uniforms, noise,
-                                      c.leniency)
+
+    def draws(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rows.uniform(widths, width, p.device), rows.exponential(widths + 1, width + 1, p.shape[-1],
+                                                                       p.device)
+
+    accepted, token = accept(rows.config, logits, q[:, :width].to(logits.device), drafted, lengths, draws)
     accepted, token = accepted.cpu(), token.cpu()
     verifier.slots.crop_all((widths if cached is None else cached - 1) - accepted)
     rows.verified(widths, accepted)

@@ -9,10 +9,13 @@ the rule, and self-speculative schedules get the logits from a packed call of th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from workloads.decoding.acceptance import verify, verify_greedy
+from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
 from workloads.decoding.calls import CachedModel
+from workloads.decoding.config import DecodeConfig
 from workloads.decoding.drafting import Draft
 from workloads.decoding.sampling import distribution, point_mass
 from workloads.decoding.state import DecodeState
@@ -24,24 +27,41 @@ def verify_forward(verifier: CachedModel, last: int, draft: Draft) -> torch.Tens
     return verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
 
 
+def accept(config: DecodeConfig, logits: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor,
+           lengths: torch.Tensor, draws: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`config`'s acceptance rule over R rows: verifier logits (R, B + 1, V) over [last,
+    draft], proposals q (R, B, V), drafted ids (R, B), row r's draft its first lengths[r].
+    At a point-mass lossless setting the greedy rule, drawing nothing
+    (acceptance.verify_greedy_rows); else acceptance.verify_rows on the verifier's sampling
+    distribution p, with (uniforms (R, B), noise like p) = draws(p). Returns (accepted (R,),
+    token (R,))."""
+    c = config
+    if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
+        return verify_greedy_rows(logits, drafted, lengths)
+    p = distribution(logits, c.temperature, c.top_k, c.top_p)
+    uniforms, noise = draws(p)
+    return verify_rows(c.rule, p, q, drafted, lengths, uniforms, noise, c.leniency)
+
+
 def verify_logits(state: DecodeState, logits: torch.Tensor, draft: Draft) -> list[int]:
     """Apply the acceptance rule to `draft` given verifier logits (n + 1, V) over [last,
     draft]; counts the iteration and returns the emitted tokens: the accepted drafts, then
     the recovered token, or the bonus token when every draft was accepted."""
-    c = state.config
-    n = draft.tokens.shape[0]
-    if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
-        verification = verify_greedy(logits, draft.tokens)
-    else:
-        p = distribution(logits, c.temperature, c.top_k, c.top_p)  # (n + 1, V)
-        uniforms = torch.rand(n, generator=state.generator, device=state.generator.device)
-        noise = torch.empty_like(p).exponential_(generator=state.generator)
-        verification = verify(c.rule, p, draft.q, draft.tokens, uniforms, noise, c.leniency)
+    n, generator = draft.tokens.shape[0], state.generator
+
+    def draws(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        uniforms = torch.rand(n, generator=generator, device=generator.device)
+        return uniforms[None], torch.empty_like(p).exponential_(generator=generator)
+
+    accepted, token = accept(state.config, logits[None], draft.q[None], draft.tokens[None],
+                             torch.tensor([n], device=draft.tokens.device), draws)
+    accepted, token = int(accepted[0]), int(token[0])
     state.iterations += 1
     state.drafted += n
-    state.accepted += verification.accepted
-    state.accept_lengths.append(verification.accepted)
-    return draft.tokens[: verification.accepted].tolist() + [verification.token]
+    state.accepted += accepted
+    state.accept_lengths.append(accepted)
+    return draft.tokens[:accepted].tolist() + [token]
 
 
 def verify_finish(state: DecodeState, verifier: CachedModel, logits: torch.Tensor, draft: Draft) -> list[int]:

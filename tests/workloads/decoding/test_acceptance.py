@@ -104,7 +104,7 @@ def test_draw_samples_proportionally_to_unnormalised_weights():
 
 
 def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
-    from workloads.decoding.acceptance import verify_greedy
+    from workloads.decoding.acceptance import verify_greedy_rows
     from workloads.decoding.sampling import distribution
 
     gen = torch.Generator().manual_seed(3)
@@ -119,4 +119,5 @@ def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
         p = distribution(logits, 0.0, 0, 1.0)
         noise = torch.empty(n + 1, v).exponential_(generator=gen)
         full = verify("lossless", p, q, drafted, torch.rand(n, generator=gen), noise, 0.0)
-        assert verify_greedy(logits, drafted) == full
+        accepted, token = verify_greedy_rows(logits[None], drafted[None], torch.tensor([n]))
+        assert (int(accepted[0]), int(token[0])) == (full.accepted, full.token)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from workloads.decoding import DecodeConfig, decode_batch
-from workloads.decoding.acceptance import verify, verify_greedy, verify_greedy_rows, verify_rows
+from workloads.decoding.acceptance import verify, verify_greedy_rows, verify_rows
 from workloads.decoding.kinds import PairKind
 from workloads.decoding.lockstep import Layout
 from workloads.models import load_pair
@@ -112,8 +112,8 @@ def test_the_acceptance_rules_over_rows_equal_them_row_by_row():
     accepted, token = verify_greedy_rows(p.log(), draft, lengths)
     for r in range(rows):
         n = int(lengths[r])
-        one = verify_greedy(p[r, :n + 1].log(), draft[r, :n])
-        assert (one.accepted, one.token) == (int(accepted[r]), int(token[r]))
+        alone = verify_greedy_rows(p[r:r + 1, :n + 1].log(), draft[r:r + 1, :n], lengths[r:r + 1])
+        assert (int(alone[0][0]), int(alone[1][0])) == (int(accepted[r]), int(token[r]))
 
 
 def test_a_layout_keeps_each_rows_prefix_and_hides_padding():
