@@ -24,11 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from workloads.decoding.acceptance import draw
 from workloads.decoding.calls import Network
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.output import Output
-from workloads.decoding.sampling import distribution, point_mass
+from workloads.decoding.sampling import sample
 from workloads.decoding.slots import swap_remove
 
 
@@ -128,15 +127,12 @@ class Rows:
         return out
 
     def sample(self, logits: torch.Tensor) -> torch.Tensor:
-        """One token per live row from the verifier's sampling distribution of logits (L, V):
-        the argmax at a point-mass setting (ties to the lowest id), drawing nothing; else a
-        draw with noise from each row's own generator (calls.DecodeState.sample's draw)."""
+        """One token per live row from the verifier's sampling distribution of logits (L, V)
+        (sampling.sample), each row's noise from its own generator, as it draws alone."""
         c = self.config
-        if point_mass(c.temperature, c.top_k):
-            return logits.argmax(-1)
-        p = distribution(logits, c.temperature, c.top_k, c.top_p)
         one = torch.ones(self.live.size, dtype=torch.long)
-        return draw(p, self.exponential(one, 1, p.shape[-1], p.device)[:, 0])
+        return sample(logits, c.temperature, c.top_k, c.top_p,
+                      lambda p: self.exponential(one, 1, p.shape[-1], p.device)[:, 0])
 
     def exponential(self, counts: torch.Tensor, pad: int, width: int, device: torch.device) -> torch.Tensor:
         """Exp(1) noise (L, pad, width): live row i's first counts[i] rows drawn from its own
@@ -186,8 +182,7 @@ class Rows:
         found = np.zeros_like(going)
         for j, i in enumerate(self.live.tolist()):
             if going[j]:
-                output = Output(self.tokenizer, self.config.max_new_tokens, self.config.stop)
-                output.ids = self.out[i, :self.count[i]].tolist()
+                output = self.output(i)
                 if output.cut_at_stop_string():
                     self.count[i] = len(output.ids)
                     found[j] = True

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+from workloads.decoding.acceptance import draw
 
 # Logits are float32: a temperature below its smallest normal number rounds towards 0 and
 # would divide 0 by 0; such a temperature is its limit, the point mass.
@@ -45,3 +49,14 @@ def distribution(
         probs = probs * keep
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+def sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+           noise: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Token ids (...) from the sampling distribution p of logits (..., V): the argmax at a
+    point-mass setting (ties to the lowest id), drawing nothing; else argmax(p / noise(p)),
+    noise(p) Exp(1) draws shaped like p."""
+    if point_mass(temperature, top_k):
+        return logits.argmax(-1)
+    p = distribution(logits, temperature, top_k, top_p)
+    return draw(p, noise(p))

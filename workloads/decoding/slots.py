@@ -74,11 +74,9 @@ class SlotCache:
         """Mask out the last n valid slots of `row` (rejected drafts)."""
         if n <= 0:
             return
-        i = self.rows.index(row)
-        slots = self.valid[i].nonzero().view(-1)[-n:]
-        self.valid[i, slots] = False
-        self.lengths[row] -= n
-        self._tidy()
+        counts = torch.zeros(len(self.rows), dtype=torch.long)
+        counts[self.rows.index(row)] = n
+        self.crop_all(counts)
 
     def crop_all(self, counts: torch.Tensor) -> None:
         """Mask out the last counts[i] valid slots of each row held, in cache order (every

@@ -6,11 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from workloads.decoding.acceptance import draw
 from workloads.decoding.calls import Meter
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.output import Output
-from workloads.decoding.sampling import distribution, point_mass
+from workloads.decoding.sampling import sample
 
 
 @dataclass
@@ -27,10 +26,8 @@ class DecodeState:
     accept_lengths: list[int] = field(default_factory=list)
 
     def sample(self, logits: torch.Tensor) -> int:
-        """One token from the verifier's sampling distribution of logits (V,); at a point-mass
-        setting its argmax (ties to the lowest id, as `distribution`), drawing no noise."""
+        """One token from the verifier's sampling distribution of logits (V,) (sampling.sample),
+        the noise from this decode's generator."""
         c = self.config
-        if point_mass(c.temperature, c.top_k):
-            return int(logits.argmax())
-        p = distribution(logits[None], c.temperature, c.top_k, c.top_p)
-        return int(draw(p, torch.empty_like(p).exponential_(generator=self.generator))[0])
+        return int(sample(logits[None], c.temperature, c.top_k, c.top_p,
+                          lambda p: torch.empty_like(p).exponential_(generator=self.generator))[0])
