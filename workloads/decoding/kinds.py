@@ -153,7 +153,7 @@ class TwoModel(PairKind):
         return nets
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if not (pair.profile.prefix_cache and not pair.profile.own_attention) or config.schedule == "ar":
+        if not cached_drafts(pair) or config.schedule == "ar":
             return super().rows_program(pair, config, settings, rows, prompts, nets)
         drafter = IdRows(nets["drafter"])
         if config.schedule == "diffusion":
@@ -206,8 +206,7 @@ class SelfSpec(PairKind):
         return pair.model, pair.model
 
     def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        cached = pair.profile.prefix_cache and not pair.profile.own_attention
-        if config.verify_order != "ltr" or not cached or config.schedule == "ar":
+        if config.verify_order != "ltr" or not cached_drafts(pair) or config.schedule == "ar":
             return super().rows_program(pair, config, settings, rows, prompts, nets)
         if config.schedule == "diffusion":  # the diffusion mode alone
             return lambda: diffusion_rows(rows, IdRows(nets["verifier"]), prompts, settings)
@@ -272,6 +271,13 @@ class DFlash(PairKind):
 
 TWO_MODEL, SELF, DFLASH = TwoModel(), SelfSpec(), DFlash()
 KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DFLASH)}
+
+
+def cached_drafts(pair: Pair) -> bool:
+    """Whether `pair`'s drafting network keeps a prefix cache and takes padded calls, which
+    drafting in lockstep needs (a full-attention drafter re-reads its whole sequence, and one
+    with its own attention code runs row by row)."""
+    return pair.profile.prefix_cache and not pair.profile.own_attention
 
 
 def least_positions(found: list) -> int | None:

@@ -34,11 +34,16 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
                            single)[:, -1]
 
 
+def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts padded to the longest (L, P), and their lengths (L,)."""
+    return (torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True),
+            torch.tensor([len(p) for p in prompts]))
+
+
 def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """The verifier over every prompt, padded to the longest: (each row's logits at its last
     prompt token (L, V), the prompts padded (L, P))."""
-    lengths = torch.tensor([len(p) for p in prompts])
-    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
+    ids, lengths = padded(prompts)
     positions = torch.arange(ids.shape[1]).expand(len(prompts), -1)
     logits = rows.call(verifier, ids, positions, None, positions < lengths[:, None], lengths)
     return logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)], ids
@@ -100,8 +105,7 @@ def _shifted(tokens: torch.Tensor, q: torch.Tensor, keep: torch.Tensor) -> tuple
 
 def diffusion_rows(rows: Rows, drafter: IdRows, prompts: list[list[int]], settings: DraftSettings) -> None:
     """`diffusion` over the batch (schedules.diffusion): the drafter alone, block by block."""
-    lengths = torch.tensor([len(p) for p in prompts])
-    ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
+    ids, lengths = padded(prompts)
     last = ids[torch.arange(len(prompts)), lengths - 1]
     drafter.verified(ids, None, lengths - 1)  # the prompt but its last token waits to be cached
     block = rows.config.block

@@ -10,7 +10,7 @@ from workloads.decoding.calls import Network
 from workloads.decoding.drafting import DraftSettings, candidates, proposals
 from workloads.decoding.lockstep import Layout, Rows
 from workloads.decoding.lockstep_drafting import ModelRows
-from workloads.decoding.lockstep_schedules import prefill
+from workloads.decoding.lockstep_schedules import padded, prefill
 from workloads.decoding.lockstep_verifying import verify_finish_rows
 from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.sampling import point_mass
@@ -81,17 +81,16 @@ def _self_start(rows: Rows, model: Network, prompts: list[list[int]], settings: 
         drafter.verified(first[:, None], None, first)  # nothing waits: the prompt is cached
         tokens, q = drafter.draft(rows, first, full, width, settings)
         return first, tokens, q
-    lengths = torch.tensor([len(p) for p in prompts])
-    padded = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True)
-    size, region = padded.shape[1], width + 2
+    prompt_ids, lengths = padded(prompts)
+    size, region = prompt_ids.shape[1], width + 2
     layout = Layout.of(lengths, torch.full_like(lengths, region), size + region, True, False)
     column = torch.arange(size + region)
     ends = lengths - 1  # the prompt's last token: copied into the region, which does not see it
     in_region = (column >= lengths[:, None]) & (column < (lengths + region)[:, None])
     among = layout.among & ~(in_region[:, :, None] & (column == ends[:, None])[:, None, :])
-    ids = torch.where(column < lengths[:, None], torch.nn.functional.pad(padded, (0, region)),
+    ids = torch.where(column < lengths[:, None], torch.nn.functional.pad(prompt_ids, (0, region)),
                       settings.mask_token_id)
-    ids[torch.arange(len(prompts)), lengths] = padded[torch.arange(len(prompts)), ends]
+    ids[torch.arange(len(prompts)), lengths] = prompt_ids[torch.arange(len(prompts)), ends]
     positions = torch.where(in_region, ends[:, None] + column - lengths[:, None], column)
     logits = rows.call(model, ids, positions, among, layout.kept, layout.real)
     first = rows.sample(logits[torch.arange(len(prompts)), ends.to(logits.device)]).cpu()
