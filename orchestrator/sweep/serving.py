@@ -87,15 +87,17 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
     plain, plain_started = engines.server(pair, control, prompts[0])
     started += plain_started
     at = time.time()
-    walls = {server: [wall], plain: []}
+    # by side, not by server: a trial without speculation is served by the control's server
+    trial_walls, control_walls = [wall], []
     for turn in range(2 * repeats - 1):  # after A: B, then B A, A B, ... (drift falls on both)
-        side = plain if turn % 4 in (0, 1) else server
-        load, load_wall = engines.serve(side, prompts, control if side is plain else config)
-        walls[side].append(load_wall)
-        if side is plain and len(walls[plain]) == 1:
+        on_control = turn % 4 in (0, 1)
+        load, load_wall = engines.serve(plain if on_control else server, prompts,
+                                        control if on_control else config)
+        (control_walls if on_control else trial_walls).append(load_wall)
+        if on_control and len(control_walls) == 1:
             new_tokens = sum(len(s.token_ids) for s in load)
     for record in records:
-        record["batch_wall_s"] = statistics.median(walls[server])
-    controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(walls[plain]),
+        record["batch_wall_s"] = statistics.median(trial_walls)
+    controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(control_walls),
                  "at": at, "repeats": repeats}]
     return records, controls, started, server.report
