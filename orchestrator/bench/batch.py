@@ -3,6 +3,10 @@
 left-padded), and each lossless configuration; every decoder runs batch by batch,
 interleaved, so machine noise falls on all alike. Speed is Σ new tokens / Σ batch wall time.
 
+With vLLM (`make vllm`), the same prompts served by vLLM in the same run, at concurrency =
+batch size: without speculation (`ar`) and, for a DFlash pair, DFlash at the draft widths of
+the lossless grid (bench/serving.vllm_rows: each against no speculation served right after).
+
 Also how the batched engine treats masked cache slots (rejected drafts, padding, drafting
 rows): compacted as soon as any is masked (slack 0), compacted past half the cache (the
 default), or only masked (slack 1, never compacted), on the fastest configuration."""
@@ -110,6 +114,24 @@ def batch_comparison(pair: Pair, prompts: list[str], sizes: list[int], max_new_t
     return rows
 
 
+def vllm_columns(pair: Pair, refs: dict, prompts: list[str], sizes: list[int], max_new_tokens: int,
+                 progress: Callable[[str], None] | None = None) -> dict[int, dict]:
+    """Per batch size, vLLM serving `prompts` at that concurrency: `vllm_ar_tps` (no
+    speculation) and the best DFlash width's `vllm_dflash_tps` and `vllm_dflash_k`
+    (bench/serving.vllm_rows; `vllm_ar_tps` is the unspeculative load served right after it)."""
+    from orchestrator.bench.serving import vllm_rows
+
+    widths = sorted({pair.kind.draft_width(block) for block in (4, 8)})
+    ids = [pair.tokenizer(p).input_ids for p in prompts]
+    rows = vllm_rows(refs, ids, [("dflash", k) for k in widths], sizes, max_new_tokens, progress)
+    columns = {}
+    for size in sizes:
+        best = max((r for r in rows if r["concurrency"] == size), key=lambda r: r["throughput_tps"])
+        columns[size] = {"vllm_ar_tps": best["control_tps"], "vllm_dflash_tps": best["throughput_tps"],
+                         "vllm_dflash_k": best["k"]}
+    return columns
+
+
 def _slacks(pair: Pair, batches: list[list[str]], config: DecodeConfig) -> dict[str, float]:
     """Tokens/s of `config` under each cache slack (slots.SlotCache), interleaved per batch."""
     totals = {slack: [0, 0.0] for slack in SLACKS}
@@ -122,19 +144,28 @@ def _slacks(pair: Pair, batches: list[list[str]], config: DecodeConfig) -> dict[
 
 
 def table(rows: list[dict], pair: str, n: int, threads: int) -> list[str]:
-    """The lines `specsweep bench batch` prints: one per batch size, speeds also relative to the first."""
+    """The lines `specsweep bench batch` prints: one per batch size, speeds also relative to
+    the first; with vLLM's columns where rows carry them."""
     base = rows[0]
+    vllm = "vllm_ar_tps" in base
     lines = [f"{pair}, {n} arith prompts, greedy, {threads} thread(s); tokens/s, batches interleaved",
              f"{'batch':>5} {'ar':>8} {'hf gen':>8} {'ar/hf':>6} {'best lossless':>18} {'best':>8} "
              f"{'best/ar':>7} {'ar vs b1':>8} {'best vs b1':>10} {'host ms/it ar':>13} {'best':>6}  "
-             f"slack 0 / 0.5 / 1 (best)"]
+             + (f"{'vllm ar':>8} {'ar/vllm':>7} {'vllm dflash':>14} {'best/vllm':>9}  " if vllm else "")
+             + "slack 0 / 0.5 / 1 (best)"]
     for r in rows:
         slack = " / ".join(f"{v:.0f}" for v in r["slack_tps"].values())
+        served = (f"{r['vllm_ar_tps']:8.1f} {r['ar_tps'] / r['vllm_ar_tps']:6.2f}x "
+                  f"{'K=' + str(r['vllm_dflash_k']) + ' ' + format(r['vllm_dflash_tps'], '.1f'):>14} "
+                  f"{r['best_tps'] / r['vllm_dflash_tps']:8.2f}x  ") if vllm else ""
         lines.append(f"{r['batch_size']:>5} {r['ar_tps']:8.1f} {r['hf_generate_tps']:8.1f} "
                      f"{r['ar_tps'] / r['hf_generate_tps']:5.2f}x {r['best']:>18} "
                      f"{r['best_tps']:8.1f} {r['ratio']:6.2f}x {r['ar_tps'] / base['ar_tps']:7.2f}x "
                      f"{r['best_tps'] / base['best_tps']:9.2f}x {r['ar_host_ms']:13.2f} "
-                     f"{r['best_host_ms']:6.2f}  {slack}")
+                     f"{r['best_host_ms']:6.2f}  {served}{slack}")
     lines.append("host ms/it: the engine's host work per iteration of the batch, (wall − model time) / "
                  "iterations")
+    if vllm:
+        lines.append("vllm: the same prompts served at concurrency = batch size, after specsweep's batches; "
+                     "vllm dflash: its best num_speculative_tokens")
     return lines

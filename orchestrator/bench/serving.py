@@ -38,7 +38,8 @@ def _server(checkpoints: dict, config: ServingConfig) -> VllmServer:
 def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]], concurrencies: list[int],
               max_new_tokens: int, progress: Callable[[str], None] | None = None) -> list[dict]:
     """One row per (method, K, concurrency) of vLLM: load_metrics, the start time of its
-    server, and `throughput_ratio` against no speculation served right after it."""
+    server, and `throughput_ratio` against no speculation served right after it (whose
+    tokens/s is `control_tps`)."""
     rows = []
     base = _server(refs, ServingConfig(max_new_tokens=max_new_tokens))
     try:
@@ -56,10 +57,10 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
                     switch(server, base)
                     plain, plain_wall = serve(base, ids, control)
                     metrics = load_metrics(served, wall)
+                    control_tps = load_metrics(plain, plain_wall)["throughput_tps"]
                     rows.append({"engine": "vllm", "method": method, "k": k, "concurrency": c,
-                                 "start_s": server.start_s, **metrics,
-                                 "throughput_ratio": metrics["throughput_tps"]
-                                 / load_metrics(plain, plain_wall)["throughput_tps"],
+                                 "start_s": server.start_s, **metrics, "control_tps": control_tps,
+                                 "throughput_ratio": metrics["throughput_tps"] / control_tps,
                                  "workaround": bool(server.report.get("patched"))})
                     if progress:
                         progress(f"vllm {method} K={k} concurrency {c}: "

@@ -244,17 +244,28 @@ def batch_bench(
     n: int = typer.Option(32, "--n", min=1, help="arith test prompts."),
     max_new_tokens: int = typer.Option(48),
     threads: int = THREADS,
+    vllm: bool = typer.Option(False, "--vllm",
+                              help="Also serve the prompts in vLLM (`make vllm`; a DFlash pair)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """For each batch size, in one run on the same prompts: `ar` tokens/s, HF generate's,
-    the best lossless configuration's and its ratio to `ar`; and the best configuration
-    under each cache-compaction slack."""
+    the best lossless configuration's and its ratio to `ar`; the best configuration under
+    each cache-compaction slack; with --vllm, vLLM's tokens/s at concurrency = batch size
+    without speculation and with DFlash."""
     from orchestrator.bench import batch
     from orchestrator.bench.decode import arith
+    from workloads.models.pair import BUNDLED
 
     sizes = batch.parse_sizes(batch_sizes)
-    rows = batch.batch_comparison(_load(pair, threads), arith(n)[0], sizes, max_new_tokens,
-                                  None if as_json else lambda line: typer.echo(line, err=True))
+    loaded = _load(pair, threads)
+    if vllm and not loaded.kind.target_conditioned:
+        raise typer.BadParameter(f"--vllm serves DFlash in vLLM; {pair} is a {loaded.kind.name} pair "
+                                 f"(use toy-dflash)", param_hint="--pair")
+    prompts, say = arith(n)[0], None if as_json else lambda line: typer.echo(line, err=True)
+    rows = batch.batch_comparison(loaded, prompts, sizes, max_new_tokens, say)
+    if vllm:
+        columns = batch.vllm_columns(loaded, BUNDLED[pair], prompts, sizes, max_new_tokens, say)
+        rows = [{**r, **columns[r["batch_size"]]} for r in rows]
     _show(_json(rows) if as_json else batch.table(rows, pair, n, threads))
 
 

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -143,26 +144,28 @@ class Network:
         return [logits[i, :r.ids.shape[0]] for i, r in enumerate(requests)]
 
     def prepare(self, rows: list[int], ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
-                kept: torch.Tensor) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+                kept: torch.Tensor | None) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
         """The forward over `rows` (ids and positions (R, Q); among (R, Q, Q) bool, None:
         causal) returning logits (R, Q, V), and the commit of its kept (R, Q) slots to run
-        after it, apart from the forward's time."""
+        after it, apart from the forward's time (kept None: the caller records them once it
+        knows, SlotCache.keep_first)."""
         width = ids.shape[1]
         if self.prefix_cache:
             cache, valid = self.slots.view(rows)
         else:
-            cache, valid = None, torch.zeros(len(rows), 0, dtype=torch.bool)
-        if among is None:
-            among = causal(width).expand(len(rows), -1, -1)
-        allowed = rows_after_slots(valid, among)
-        mask = None if width == 1 and allowed.all() else additive(allowed, self.dtype).to(self.device)
+            cache, valid = None, np.zeros((len(rows), 0), dtype=bool)
+        if width == 1 and valid.all() and (among is None or bool(among.all())):
+            mask = None  # one row a call that sees every slot: nothing to mask
+        else:
+            among = causal(width).expand(len(rows), -1, -1) if among is None else among
+            mask = additive(rows_after_slots(valid, among), self.dtype).to(self.device)
         inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
                       attention_mask=mask)
         if cache is not None:
             inputs.update(cache=cache, use_cache=True)
 
         def commit() -> None:
-            if cache is not None:
+            if cache is not None and kept is not None:
                 self.slots.commit(rows, cache, kept)
         return lambda: self.model(**inputs).logits, commit
 

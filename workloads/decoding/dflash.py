@@ -19,6 +19,7 @@ position (not shifted).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -80,6 +81,24 @@ class Block:
     meter: Meter
 
 
+@functools.lru_cache(maxsize=4096)
+def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, width: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A drafting call's layout (DFlashNetwork.prepare), built once per shape: position
+    offsets (R, N + Q) from each row's cached length (context column c at c, block slot j at
+    contexts[r] + j), among (R, Q, N + Q) (a block row sees its own context and block; a
+    padding row itself) and kept (R, N + Q) (its own context only)."""
+    contexts, blocks = torch.tensor(contexts), torch.tensor(blocks)
+    column, slot = torch.arange(n), torch.arange(width)
+    offsets = torch.cat([column.expand(len(contexts), -1), contexts[:, None] + slot], 1)
+    present = slot < blocks[:, None]  # (R, Q)
+    sees_context = present[:, :, None] & (column < contexts[:, None])[:, None, :]
+    sees_block = (present[:, :, None] & present[:, None, :]) | torch.eye(width, dtype=torch.bool)
+    among = torch.cat([sees_context, sees_block], 2)
+    kept = torch.cat([column < contexts[:, None], torch.zeros(len(contexts), width, dtype=torch.bool)], 1)
+    return offsets, among, kept
+
+
 class DFlashNetwork:
     """A DFlash drafter serving the rows of one batch: the verifier's embeddings and LM head,
     and the rows' cached context slots."""
@@ -122,16 +141,11 @@ class DFlashNetwork:
         row r's block [last, canvas] (dropped). A row's block sees its valid slots, its
         own context and its own block; its context continues its cached positions. Returns
         (forward -> (logits (R, Q, V), block states (R, Q, H)), the commit of its slots)."""
-        n, width = context.shape[1], ids.shape[1]
         starts = self.slots.held_lengths() if rows == self.slots.rows else torch.tensor(
             [self.slots.length(r) for r in rows])
-        column, slot = torch.arange(n), torch.arange(width)
-        positions = torch.cat([starts[:, None] + column, (starts + contexts)[:, None] + slot], 1)
-        present = slot < blocks[:, None]  # (R, Q)
-        sees_context = present[:, :, None] & (column < contexts[:, None])[:, None, :]
-        sees_block = (present[:, :, None] & present[:, None, :]) | torch.eye(width, dtype=torch.bool)
-        among = torch.cat([sees_context, sees_block], 2)
-        kept = torch.cat([column < contexts[:, None], torch.zeros(len(rows), width, dtype=torch.bool)], 1)
+        offsets, among, kept = _block_layout(tuple(contexts.tolist()), tuple(blocks.tolist()),
+                                             context.shape[1], ids.shape[1])
+        positions = starts[:, None] + offsets
         cache, valid = self.slots.view(rows)
         allowed = rows_after_slots(valid, among)
         ids = ids.to(self.device)

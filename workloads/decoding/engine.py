@@ -166,20 +166,21 @@ def _lockstep(program, config: DecodeConfig, rows: Rows, size: int, nets: dict) 
             net.close()
     sync(rows.device)
     wall = time.perf_counter() - rows.start
-    model_s = rows.meter.model_s()
-    results = [_row_result(rows, i, config, model_s[i]) for i in range(size)]
+    rows.meter.tally()
+    rows.steps.tally()
+    results = [_row_result(rows, i, config, float(rows.meter.model_s[i])) for i in range(size)]
     return BatchResult(results, wall, *_work(nets))
 
 
 def _row_result(rows: Rows, i: int, config: DecodeConfig, model_s: float) -> DecodeResult:
-    iterations, wall = int(rows.iterations[i]), rows.finished_s[i]
+    steps, wall = rows.steps, rows.finished_s[i]
     return DecodeResult(
         text=rows.output(i).text(), token_ids=rows.out[i, :rows.count[i]].tolist(),
         new_tokens=int(rows.count[i]), wall_s=wall, model_s=model_s, overhead_s=max(0.0, wall - model_s),
         nfe=int(rows.meter.nfe[i]),
-        rows=int(rows.meter.rows[i]), iterations=iterations, accepted=int(rows.accepted[i]),
-        drafted=int(rows.drafted[i]), exact=is_exact(config), stop_reason=rows.stop_reason[i] or "length",
-        accept_lengths=rows.accept_lengths[i, :iterations].tolist() if config.schedule in SPECULATIVE else [])
+        rows=int(rows.meter.rows[i]), iterations=int(steps.iterations[i]), accepted=int(steps.accepted[i]),
+        drafted=int(steps.drafted[i]), exact=is_exact(config), stop_reason=rows.stop_reason[i] or "length",
+        accept_lengths=steps.accept_lengths[i] if config.schedule in SPECULATIVE else [])
 
 
 def _work(nets: dict) -> tuple[int, int, float]:

@@ -34,28 +34,60 @@ from workloads.decoding.slots import swap_remove
 class RowMeters:
     """Model work per batch row: each forward counted on every row it served, with the row's
     own token rows and the call's time (CPU seconds, or CUDA events read after the decode's
-    final synchronization, as calls.Meter). Host-side numpy: a handful of rows costs
-    microseconds."""
+    final synchronization, as calls.Meter). A call only records what it served; the tallies
+    per row (`tally`) are summed once, after the decode, so metering costs an iteration
+    one append per call at any batch size."""
 
     def __init__(self, size: int):
-        self.nfe = np.zeros(size, dtype=np.int64)
-        self.rows = np.zeros(size, dtype=np.int64)
-        self.cpu_s = np.zeros(size)
-        self.events: list = []  # (begin, end, batch rows served)
+        self.size = size
+        self.calls: list = []  # (interval, live batch rows, each one's token rows)
+        self.nfe = self.rows = self.model_s = None  # per row, after `tally`
 
-    def add(self, interval, served: np.ndarray, rows: np.ndarray) -> None:
-        self.nfe[served] += 1
-        self.rows[served] += rows
-        if isinstance(interval, tuple):
-            self.events.append((*interval, served))
-        else:
-            self.cpu_s[served] += interval
+    def add(self, interval, live: np.ndarray, rows: np.ndarray) -> None:
+        """A call over the `live` batch rows, rows[i] of them live[i]'s (0: padding only, not served)."""
+        self.calls.append((interval, live, rows))
 
-    def model_s(self) -> list[float]:
-        total = self.cpu_s.copy()
-        for begin, end, served in self.events:
-            total[served] += begin.elapsed_time(end) / 1000
-        return total.tolist()
+    def tally(self) -> None:
+        """nfe, rows (token rows) and model_s per batch row: Σ over the calls that served it."""
+        self.nfe, self.rows, self.model_s = (np.zeros(self.size, dtype=np.int64),
+                                             np.zeros(self.size, dtype=np.int64), np.zeros(self.size))
+        if not self.calls:
+            return
+        live, rows = (np.concatenate([c[k] for c in self.calls]) for k in (1, 2))
+        seconds = np.repeat([c[0] if not isinstance(c[0], tuple) else c[0][0].elapsed_time(c[0][1]) / 1000
+                             for c in self.calls], [len(c[1]) for c in self.calls])
+        served = rows > 0
+        np.add.at(self.nfe, live[served], 1)
+        np.add.at(self.rows, live[served], rows[served])
+        np.add.at(self.model_s, live[served], seconds[served])
+
+
+class RowSteps:
+    """Iterations per batch row, and per verification its drafted and accepted counts: each
+    iteration records only the live rows and their counts; the tallies per row (`tally`)
+    come once, after the decode."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.steps: list = []  # (live batch rows, widths or None, accepted or None)
+        self.iterations = self.drafted = self.accepted = None  # per row, after `tally`
+        self.accept_lengths: list[list[int]] = []
+
+    def tally(self) -> None:
+        """iterations, drafted and accepted per batch row; its accepted counts, in order."""
+        empty = np.zeros(0, dtype=np.int64)
+        self.iterations = _per_row(np.concatenate([s[0] for s in self.steps] or [empty]), None, self.size)
+        verified = [s for s in self.steps if s[1] is not None]
+        live, widths, accepted = (np.concatenate([s[k] for s in verified] or [empty]) for k in range(3))
+        self.drafted, self.accepted = _per_row(live, widths, self.size), _per_row(live, accepted, self.size)
+        ends = np.cumsum(np.bincount(live, minlength=self.size))[:-1]
+        in_order = accepted[np.argsort(live, kind="stable")]  # each row's verifications, in order
+        self.accept_lengths = [part.tolist() for part in np.split(in_order, ends)]
+
+
+def _per_row(rows: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarray:
+    """(size,) Σ weights (1 each if None) of the entries of each batch row in `rows`."""
+    return np.bincount(rows, weights, minlength=size).astype(np.int64)
 
 
 class Rows:
@@ -70,16 +102,12 @@ class Rows:
         self.live = np.arange(size)
         self.out = np.zeros((size, config.max_new_tokens), dtype=np.int64)
         self.count = np.zeros(size, dtype=np.int64)
-        self.iterations = np.zeros(size, dtype=np.int64)
-        self.drafted = np.zeros(size, dtype=np.int64)
-        self.accepted = np.zeros(size, dtype=np.int64)
-        self.accept_lengths = np.zeros((size, config.max_new_tokens), dtype=np.int64)  # by iteration
+        self.steps = RowSteps(size)
         self.stop_reason: list[str | None] = [None] * size
         self.finished_s = [0.0] * size
         self.start = time.perf_counter()
         self.meter = RowMeters(size)
         self.eos = tokenizer.eos_token_id
-        self._all = torch.arange(size)  # `leave`'s index when every row stays
 
     @property
     def done(self) -> bool:
@@ -91,22 +119,19 @@ class Rows:
 
     def iterated(self) -> None:
         """Every live row has run one more iteration."""
-        self.iterations[self.live] += 1
+        self.steps.steps.append((self.live, None, None))
 
     def verified(self, widths: torch.Tensor, accepted: torch.Tensor) -> None:
         """Every live row verified a draft of widths[i] tokens and accepted accepted[i]: one
         more iteration, counted."""
-        live, accepted = self.live, accepted.numpy()
-        self.accept_lengths[live, self.iterations[live]] = accepted
-        self.iterations[live] += 1
-        self.drafted[live] += widths.numpy()
-        self.accepted[live] += accepted
+        self.steps.steps.append((self.live, widths.numpy(), accepted.numpy()))
 
     def call(self, network: Network, ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
-             kept: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+             kept: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
         """One forward of `network` over every live row: ids, positions (L, Q), among (L, Q, Q)
-        or None (causal), kept (L, Q); real (L,): each row's own rows of the Q (the rest is
-        padding; a row with none is not counted as served). Returns logits (L, Q, V)."""
+        or None (causal), kept (L, Q) (None: recorded later, SlotCache.keep_first); real
+        (L,): each row's own rows of the Q (the rest is padding; a row with none is not
+        counted as served). Returns logits (L, Q, V)."""
         forward, commit = network.prepare(network.slots.rows, ids, positions, among, kept)
         return self.timed(network, forward, real, ids.numel(), commit)
 
@@ -116,12 +141,7 @@ class Rows:
         began = network.work.start(network.device)
         out = forward()
         interval = network.work.mark(network.device, began)
-        real = real.numpy()
-        if real.all():
-            self.meter.add(interval, self.live, real)
-        else:
-            served = real > 0
-            self.meter.add(interval, self.live[served], real[served])
+        self.meter.add(interval, self.live, real.numpy())
         network.work.add(interval, evaluated)
         commit()
         return out
@@ -130,9 +150,8 @@ class Rows:
         """One token per live row from the verifier's sampling distribution of logits (L, V)
         (sampling.sample), each row's noise from its own generator, as it draws alone."""
         c = self.config
-        one = torch.ones(self.live.size, dtype=torch.long)
-        return sample(logits, c.temperature, c.top_k, c.top_p,
-                      lambda p: self.exponential(one, 1, p.shape[-1], p.device)[:, 0])
+        return sample(logits, c.temperature, c.top_k, c.top_p, lambda p: self.exponential(
+            torch.ones(self.live.size, dtype=torch.long), 1, p.shape[-1], p.device)[:, 0])
 
     def exponential(self, counts: torch.Tensor, pad: int, width: int, device: torch.device) -> torch.Tensor:
         """Exp(1) noise (L, pad, width): live row i's first counts[i] rows drawn from its own
@@ -156,25 +175,28 @@ class Rows:
         max_new_tokens (and, under stop strings, at the fewest tokens whose text holds one);
         returns which rows are now done (L,) bool, their stop reasons recorded."""
         tokens, counts = tokens.cpu().numpy(), counts.cpu().numpy()
-        live, width = self.live, tokens.shape[1]
-        at = np.arange(width)
+        live = self.live
         have = self.count[live]
-        take = (at < counts[:, None]) & (at < (self.config.max_new_tokens - have)[:, None])
+        take = np.minimum(counts, self.config.max_new_tokens - have)  # tokens each row keeps
         ended = np.zeros(live.size, dtype=bool)
         if self.eos is not None:
-            is_eos = take & (tokens == self.eos)
-            take &= np.cumsum(is_eos, 1) - is_eos == 0  # nothing after the first EOS
-            ended = is_eos.any(1)
-        rows, columns = np.nonzero(take)
+            is_eos = tokens == self.eos
+            if is_eos.any():
+                is_eos &= np.arange(tokens.shape[1]) < take[:, None]
+                ended = is_eos.any(1)
+                take = np.where(ended, is_eos.argmax(1) + 1, take)  # nothing after the first EOS
+        rows, columns = np.nonzero(np.arange(tokens.shape[1]) < take[:, None])
         self.out[live[rows], have[rows] + columns] = tokens[rows, columns]
-        self.count[live] = have + take.sum(1)
-        full = self.count[live] >= self.config.max_new_tokens
-        stopped = self._stop_strings(~(ended | full)) if self.config.stop else np.zeros_like(ended)
-        done = ended | full | stopped
+        count = have + take
+        self.count[live] = count
+        done = ended | (count >= self.config.max_new_tokens)
+        stopped = self._stop_strings(~done) if self.config.stop else np.zeros(0, dtype=bool)
+        if stopped.size:
+            done |= stopped
         if done.any():  # the reasons of the rows that leave: the first that holds, in this order
-            reasons = np.where(ended, "eos", np.where(stopped, "stop", "length"))
-            for i, reason in zip(live[done], reasons[done]):
-                self.stop_reason[i] = str(reason)
+            for j in np.flatnonzero(done).tolist():
+                stop = stopped.size and stopped[j]
+                self.stop_reason[live[j]] = "eos" if ended[j] else "stop" if stop else "length"
         return torch.from_numpy(done)
 
     def _stop_strings(self, going: np.ndarray) -> np.ndarray:
@@ -188,14 +210,14 @@ class Rows:
                     found[j] = True
         return found
 
-    def leave(self, done: torch.Tensor, networks: list) -> torch.Tensor:
+    def leave(self, done: torch.Tensor, networks: list) -> torch.Tensor | None:
         """Rows done (L,) bool leave the batch and every network's cache, where the last rows
         take their places (slots.swap_remove: a copy of the rows that move, not of the
         cache); returns the index (L',) of the rows that stay, in their new order, to take
-        every per-row tensor of the schedule with."""
+        every per-row tensor of the schedule with (`staying`), or None when every row stays."""
         done = done.numpy()
         if not done.any():
-            return self._all
+            return None
         now = time.perf_counter() - self.start
         left = self.live[done].tolist()
         for i in left:
@@ -204,7 +226,6 @@ class Rows:
             network.slots.remove(left)
         order = swap_remove(self.live.size, np.nonzero(done)[0].tolist())
         self.live = self.live[order]
-        self._all = torch.arange(self.live.size)
         return torch.tensor(order, dtype=torch.long)
 
     def output(self, i: int) -> Output:
@@ -213,38 +234,49 @@ class Rows:
         return output
 
 
+def staying(stay: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per-row tensors (L, ...) at the rows that stay (`Rows.leave`'s index; None: all of
+    them, untouched: most iterations no row leaves)."""
+    if stay is None:
+        return tensors
+    return tuple(t[stay.to(t.device)] for t in tensors)
+
+
 _LAYOUTS: dict[tuple, Layout] = {}
 
 
 @dataclass(frozen=True)
 class Layout:
-    """The rows of one call for every live row, left-aligned and padded to Q: a causal prefix
-    of `prefix` (L,) rows (kept in the cache), then a region of `region` (L,) rows that sees
-    the prefix and, bidirectionally or causally, itself (kept or dropped). Padding rows see
-    themselves only and are never kept."""
+    """The rows of one call for every live row, left-aligned and padded to Q = max(prefix +
+    region): a causal prefix of `prefix` (L,) rows (kept in the cache), then a region of
+    `region` (L,) rows that sees the prefix and, bidirectionally or causally, itself (kept or
+    dropped). Padding rows see themselves only and are never kept."""
 
     among: torch.Tensor  # (L, Q, Q) bool
     kept: torch.Tensor  # (L, Q) bool
     real: torch.Tensor  # (L,) rows each row evaluates
     starts: torch.Tensor  # (L,) the region's first column
+    start: int | None  # the region's first column when every row's is the same
+    even: bool  # every row has the same prefix and region: nothing is padding
 
     @classmethod
-    def of(cls, prefix: torch.Tensor, region: torch.Tensor, width: int, bidirectional: bool,
-           keep_region: bool) -> Layout:
+    def of(cls, prefix: torch.Tensor, region: torch.Tensor, bidirectional: bool, keep_region: bool) -> Layout:
         """The layout, built once per shape: an iteration's calls repeat a few of them."""
-        key = (tuple(prefix.tolist()), tuple(region.tolist()), width, bidirectional, keep_region)
+        key = (tuple(prefix.tolist()), tuple(region.tolist()), bidirectional, keep_region)
         found = _LAYOUTS.get(key)
         if found is None:
             if len(_LAYOUTS) >= 4096:
                 _LAYOUTS.clear()
-            found = _LAYOUTS[key] = cls._build(prefix, region, width, bidirectional, keep_region)
+            found = _LAYOUTS[key] = cls._build(*key)
         return found
 
     @classmethod
-    def _build(cls, prefix: torch.Tensor, region: torch.Tensor, width: int, bidirectional: bool,
+    def _build(cls, prefixes: tuple[int, ...], regions: tuple[int, ...], bidirectional: bool,
                keep_region: bool) -> Layout:
-        column = torch.arange(width)
+        prefix, region = torch.tensor(prefixes), torch.tensor(regions)
         real = prefix + region
+        width = int(real.max())
+        column = torch.arange(width)
         present = column < real[:, None]  # (L, Q)
         in_region = present & (column >= prefix[:, None])
         sees = column[None, :] <= column[:, None]  # causal (Q, Q)
@@ -252,13 +284,14 @@ class Layout:
             sees = sees | (in_region[:, :, None] & in_region[:, None, :])
         among = (present[:, :, None] & present[:, None, :] & sees) | torch.eye(width, dtype=torch.bool)
         kept = present & ~in_region if not keep_region else present
-        return cls(among, kept, real, prefix)
+        start = prefixes[0] if len(set(prefixes)) == 1 else None
+        return cls(among, kept, real, prefix, start, start is not None and len(set(regions)) == 1)
 
     def region_rows(self, values: torch.Tensor, rows: int) -> torch.Tensor:
         """values (L, Q, ...) at each row's region columns start .. start + rows − 1 (clamped
         into Q past a short region's end): (L, rows, ...)."""
-        first = int(self.starts.min())
-        if first == int(self.starts.max()) and first + rows <= values.shape[1]:  # one start: a view
+        first = self.start
+        if first is not None and first + rows <= values.shape[1]:  # one start: a view
             return values[:, first:first + rows]
         index = (self.starts[:, None] + torch.arange(rows)).clamp(max=values.shape[1] - 1).to(values.device)
         return values.gather(1, index.view(*index.shape, *[1] * (values.dim() - 2)).expand(

@@ -5,11 +5,12 @@ counting nothing."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from workloads.decoding.acceptance import draw
 from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores, slot_logits
-from workloads.decoding.lockstep import Layout, Rows
+from workloads.decoding.lockstep import Layout, Rows, staying
 from workloads.decoding.sampling import distribution, point_mass
 
 
@@ -22,8 +23,8 @@ class Drafting:
         self.network = network
         self.pending = self.waiting = None
 
-    def keep(self, stay: torch.Tensor) -> None:
-        self.pending, self.waiting = self.pending[stay.to(self.pending.device)], self.waiting[stay]
+    def keep(self, stay: torch.Tensor | None) -> None:
+        self.pending, self.waiting = staying(stay, self.pending, self.waiting)
 
     def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +44,7 @@ class IdRows(Drafting):
         """One drafting call over every live row: its waiting tokens (cached), then [last,
         canvas], the canvas its first widths[i] slots of tokens (L, W). Returns the block
         rows' logits (L, W + 1, V)."""
-        layout = Layout.of(self.waiting, 1 + widths, int((self.waiting + 1 + widths).max()), True, False)
+        layout = Layout.of(self.waiting, 1 + widths, True, False)
         ids = _block_ids(self.pending, self.waiting, last, tokens, layout, mask_id)
         positions = self.network.slots.held_lengths()[:, None] + torch.arange(ids.shape[1])
         logits = rows.call(self.network, ids, positions, layout.among, layout.kept,
@@ -140,7 +141,6 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
             priority = scores(settings.unmask, probs, drawn.to(device),
                               lambda c=counts, d=device: rows.uniform(c, width, d))
             chosen = commit_mask(settings, masked.to(device), priority, probs.amax(-1), step).cpu()
-            chosen &= active[:, None]
         tokens = torch.where(chosen, drawn, tokens)
         q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
         masked &= ~chosen
@@ -151,13 +151,20 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,
                layout: Layout, mask_id: int) -> torch.Tensor:
     """(L, Q) ids of a drafting call: each row's waiting tokens, its last verified token, its
-    canvas (its slots past widths are padding: masks)."""
+    canvas (its slots past widths are padding: masks). When every row's are alike (`even`),
+    one concatenation; else built in numpy on the host."""
+    if layout.even:
+        waited = layout.start
+        return torch.cat([pending[:, :waited].cpu(), last.cpu()[:, None],
+                          tokens[:, :layout.among.shape[1] - waited - 1]], 1)
+    pending, waiting, last, tokens, real = (t.cpu().numpy()
+                                            for t in (pending, waiting, last, tokens, layout.real))
     q_width, width = layout.among.shape[1], tokens.shape[1]
-    ids = torch.full((last.shape[0], q_width + width + 1), mask_id, dtype=torch.long)  # room for padding
+    ids = np.full((last.shape[0], q_width + width + 1), mask_id, dtype=np.int64)  # room for padding
     held = min(pending.shape[1], q_width)
-    ids[:, :held] = torch.where(torch.arange(held) < waiting[:, None], pending[:, :held], mask_id)
-    ids.scatter_(1, waiting[:, None], last[:, None])
-    slots = torch.arange(width)
-    canvas = torch.where(slots < (layout.real - waiting - 1)[:, None], tokens, mask_id)
-    ids.scatter_(1, waiting[:, None] + 1 + slots, canvas)
-    return ids[:, :q_width]
+    ids[:, :held] = np.where(np.arange(held) < waiting[:, None], pending[:, :held], mask_id)
+    row = np.arange(last.shape[0])[:, None]
+    ids[row[:, 0], waiting] = last
+    slots = np.arange(width)
+    ids[row, waiting[:, None] + 1 + slots] = np.where(slots < (real - waiting - 1)[:, None], tokens, mask_id)
+    return torch.from_numpy(np.ascontiguousarray(ids[:, :q_width]))

@@ -11,7 +11,7 @@ import torch
 
 from workloads.decoding.calls import Network, side_stream
 from workloads.decoding.drafting import DraftSettings
-from workloads.decoding.lockstep import Rows
+from workloads.decoding.lockstep import Rows, staying
 from workloads.decoding.lockstep_drafting import Drafting, IdRows
 from workloads.decoding.lockstep_verifying import verify_finish_rows, verify_forward_rows
 
@@ -28,8 +28,7 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
         stay = rows.leave(rows.emit(tokens[:, None], single), [verifier])
         if rows.done:
             return
-        if stay.numel() < tokens.shape[0]:
-            tokens, one, single = tokens[stay.to(tokens.device)], one[stay], single[stay]
+        tokens, one, single = staying(stay, tokens, one, single)
         logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None, one,
                            single)[:, -1]
 
@@ -62,7 +61,7 @@ def speculative_rows(rows: Rows, drafter: Drafting, verifier: Network, prompts: 
     drafter.verified(ids, _features(verifier), torch.tensor([len(p) for p in prompts]))
     networks = [verifier, drafter.network]
     stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), networks)
-    last = last[stay]
+    last, = staying(stay, last)
     drafter.keep(stay)
     full = torch.full_like(last, width)
     if packed and not rows.done:
@@ -87,11 +86,10 @@ def speculative_rows(rows: Rows, drafter: Drafting, verifier: Network, prompts: 
         emitted = torch.cat([tokens[:, :width], torch.zeros_like(last)[:, None]], 1)
         emitted[torch.arange(last.shape[0]), accepted] = token
         stay = rows.leave(rows.emit(emitted, accepted + 1), networks)
-        last, full = token[stay], full[stay]
+        last, full, accepted = staying(stay, token, full, accepted)
         drafter.keep(stay)
         if packed:  # the slots the verifier just filled are dropped from the next draft
-            keep = (accepted + 1)[stay]
-            tokens, q, have = _shifted(fresh[stay], fresh_q[stay.to(fresh_q.device)], keep)
+            tokens, q, have = _shifted(*staying(stay, fresh, fresh_q), accepted + 1)
 
 
 def _shifted(tokens: torch.Tensor, q: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -114,9 +112,9 @@ def diffusion_rows(rows: Rows, drafter: IdRows, prompts: list[list[int]], settin
         tokens, _ = drafter.draft(rows, last, widths, block, settings)
         rows.iterated()
         drafter.verified(torch.cat([last[:, None], tokens], 1), None, widths)
-        ends = tokens[torch.arange(last.shape[0]), widths - 1]
+        ends = tokens.gather(1, (widths - 1)[:, None])[:, 0]
         stay = rows.leave(rows.emit(tokens, widths), [drafter.network])
-        last = ends[stay]
+        last, = staying(stay, ends)
         drafter.keep(stay)
 
 

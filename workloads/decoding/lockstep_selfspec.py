@@ -8,7 +8,7 @@ import torch
 
 from workloads.decoding.calls import Network
 from workloads.decoding.drafting import DraftSettings, candidates, proposals
-from workloads.decoding.lockstep import Layout, Rows
+from workloads.decoding.lockstep import Layout, Rows, staying
 from workloads.decoding.lockstep_drafting import ModelRows
 from workloads.decoding.lockstep_schedules import padded, prefill
 from workloads.decoding.lockstep_verifying import verify_finish_rows
@@ -24,36 +24,40 @@ def one_call_rows(rows: Rows, model: Network, prompts: list[list[int]], settings
     block, mask = width + 1, settings.mask_token_id
     last, tokens, q = _self_start(rows, model, prompts, settings, width)
     stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), [model])
-    last, tokens, q = last[stay], tokens[stay], q[stay.to(q.device)]
+    last, tokens, q = staying(stay, last, tokens, q)
     have = torch.full_like(last, width)
     regions = [(h, block + 1) for h in range(block)] if quadratic else [(0, block)]
     layout = packed_layout(block, regions)
     offsets = torch.cat([torch.arange(block)] + [torch.arange(h, h + size) for h, size in regions])
-    copies = torch.tensor([h for h, _ in regions])  # each region's first row copies verify row h
-    starts = torch.tensor([block + sum(size for _, size in regions[:i]) for i in range(len(regions))])
+    # each call's ids: base [last, draft, a mask] read at `source`, the verify rows, then
+    # each region's first row a copy of verify row h and its other rows masks
+    source = torch.cat([torch.arange(block)]
+                       + [torch.tensor([h] + [block] * (size - 1)) for h, size in regions])
     slots = torch.arange(width)
+    shape = None  # the rows' call layout, kept while no row leaves
     while not rows.done:
         widths = torch.minimum(have, rows.remaining() - 1)
         live = last.shape[0]
-        ids = torch.full((live, layout.shape[0]), mask, dtype=torch.long)
-        ids[:, 0] = last
-        ids[:, 1:block] = torch.where(slots < widths[:, None], tokens, mask)  # padded: never accepted
-        ids[:, starts] = ids[:, copies]
-        kept = (torch.arange(ids.shape[1]) < block).expand(live, -1)
+        if shape is None:
+            shape = layout.expand(live, -1, -1), torch.full((live,), layout.shape[0]), torch.arange(live)
+        among, real, every = shape
+        canvas = torch.where(slots < widths[:, None], tokens, mask)  # padded: never accepted
+        ids = torch.cat([last[:, None], canvas, torch.full((live, 1), mask)], 1)[:, source]
         positions = model.slots.held_lengths()[:, None] + offsets
-        logits = rows.call(model, ids, positions, layout.expand(live, -1, -1), kept,
-                           torch.full((live,), ids.shape[1]))
+        logits = rows.call(model, ids, positions, among, None, real)
         n = int(widths.max())
-        accepted, token = verify_finish_rows(rows, model, logits[:, :n + 1], tokens, q, widths, cached=block)
+        accepted, token = verify_finish_rows(rows, model, logits[:, :n + 1], tokens, q, widths)
         emitted = torch.cat([tokens, torch.zeros_like(last)[:, None]], 1)
-        emitted[torch.arange(live), accepted] = token
+        emitted[every, accepted] = token
         if quadratic:  # the branch of the accepted count, minus the recovered or bonus token's slot
             start, have = block + accepted * (block + 1) + 1, torch.full_like(last, width)
         else:  # proposals from P_{t-1}: the first A_t slots were just filled
             start, have = block + accepted + 1, (width - accepted - 1).clamp(min=0)
         tokens, q = _self_proposals(rows, logits, start, have, width, settings)
         stay = rows.leave(rows.emit(emitted, accepted + 1), [model])
-        last, tokens, q, have = token[stay], tokens[stay], q[stay.to(q.device)], have[stay]
+        if stay is not None:
+            shape = None
+        last, tokens, q, have = staying(stay, token, tokens, q, have)
 
 
 def _self_proposals(rows: Rows, logits: torch.Tensor, start: torch.Tensor, counts: torch.Tensor,
@@ -83,7 +87,7 @@ def _self_start(rows: Rows, model: Network, prompts: list[list[int]], settings: 
         return first, tokens, q
     prompt_ids, lengths = padded(prompts)
     size, region = prompt_ids.shape[1], width + 2
-    layout = Layout.of(lengths, torch.full_like(lengths, region), size + region, True, False)
+    layout = Layout.of(lengths, torch.full_like(lengths, region), True, False)
     column = torch.arange(size + region)
     ends = lengths - 1  # the prompt's last token: copied into the region, which does not see it
     in_region = (column >= lengths[:, None]) & (column < (lengths + region)[:, None])

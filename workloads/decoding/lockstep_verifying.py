@@ -14,21 +14,21 @@ from workloads.decoding.verifying import accept
 def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
                         widths: torch.Tensor) -> torch.Tensor:
     """The verifier over every live row's [last, its first widths[i] drafts of tokens (L, W)],
-    appended to its cache; logits (L, W' + 1, V), W' the widest draft (near max_new_tokens
-    every row drafts fewer)."""
+    appended to its cache (what each row keeps is recorded by verify_finish_rows); logits
+    (L, W' + 1, V), W' the widest draft (near max_new_tokens every row drafts fewer)."""
     width = int(widths.max())
-    layout = Layout.of(torch.zeros_like(widths), 1 + widths, width + 1, False, True)
+    layout = Layout.of(torch.zeros_like(widths), 1 + widths, False, True)
     ids = torch.cat([last.cpu()[:, None], tokens[:, :width]], 1)
     positions = verifier.slots.held_lengths()[:, None] + torch.arange(width + 1)
-    return rows.call(verifier, ids, positions, layout.among, layout.kept, layout.real)
+    return rows.call(verifier, ids, positions, layout.among, None, layout.real)
 
 
 def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, tokens: torch.Tensor,
-                       q: torch.Tensor, widths: torch.Tensor, cached: int | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The acceptance rule on `verify_forward_rows`' logits (L, W' + 1, V); the rows after
-    each row's accepted drafts leave the verifier's cache (of the `cached` rows its call kept;
-    default 1 + widths[i]) and the counts are kept (verifying.verify_logits over every row).
+                       q: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The acceptance rule on the logits (L, W' + 1, V) of a verifier call that left what
+    each row keeps unrecorded (`verify_forward_rows`, or a self-speculative call whose
+    verify rows come first): each row keeps its last token and accepted drafts in the
+    verifier's cache, and the counts are kept (verifying.verify_logits over every row).
     Returns (accepted (L,), token (L,))."""
     width = logits.shape[1] - 1
     drafted, lengths = tokens[:, :width].to(logits.device), widths.to(logits.device)
@@ -39,6 +39,6 @@ def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, toke
 
     accepted, token = accept(rows.config, logits, q[:, :width].to(logits.device), drafted, lengths, draws)
     accepted, token = accepted.cpu(), token.cpu()
-    verifier.slots.crop_all((widths if cached is None else cached - 1) - accepted)
+    verifier.slots.keep_first((accepted + 1).numpy())
     rows.verified(widths, accepted)
     return accepted, token

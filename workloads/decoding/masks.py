@@ -8,20 +8,24 @@ at least one key, or attention returns NaN.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+_FILLS: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """allowed: (batch, q, k) bool -> (batch, 1, q, k) additive float mask."""
-    zero = torch.zeros((), dtype=dtype)
-    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
+    if dtype not in _FILLS:  # built once: every model call of a decode builds a mask
+        _FILLS[dtype] = torch.zeros((), dtype=dtype), torch.tensor(torch.finfo(dtype).min, dtype=dtype)
+    zero, blocked = _FILLS[dtype]
     return torch.where(allowed, zero, blocked).unsqueeze(1)
 
 
-def rows_after_slots(valid: torch.Tensor, among: torch.Tensor) -> torch.Tensor:
+def rows_after_slots(valid: np.ndarray, among: torch.Tensor) -> torch.Tensor:
     """(R, Q, L + K) bool: the Q new rows of batch row r see its valid cache slots valid[r]
-    (L), then among[r] (Q, K) of the call's own columns."""
-    return torch.cat([valid[:, None, :].expand(-1, among.shape[1], -1), among], dim=2)
+    (L, slots.SlotCache's host array), then among[r] (Q, K) of the call's own columns."""
+    return torch.cat([torch.as_tensor(valid)[:, None, :].expand(-1, among.shape[1], -1), among], dim=2)
 
 
 def causal(n: int) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """The KV slots of a batch of rows in one cache.
 
 One `DynamicCache` holds every row of the batch, shape (rows, heads, L, dim) per layer,
-and `valid` (rows, L) says which slots each row's later calls see. A call appends the same
+and `valid` (rows, L), a host numpy array (each call updates it: numpy's small-array ops
+cost a fraction of torch's), says which slots each row's later calls see. A call appends the same
 number of slots S to every row it covers; a row keeps the first `keep` of its own and the
 rest (padding to S, rows it drops such as drafting canvases, rejected drafts cropped later)
 are masked out. Slot order never matters: every call passes explicit positions and an
@@ -31,44 +32,64 @@ class SlotCache:
     def __init__(self, rows: int, slack: float | None = None):
         self.cache = DynamicCache()
         self.rows = list(range(rows))
-        self.valid = torch.zeros(rows, 0, dtype=torch.bool)  # on the host: building masks never syncs
-        self.lengths = np.zeros(rows, dtype=np.int64)  # valid slots per row, by batch row (host numpy: cheap)
+        self.valid = np.zeros((rows, 0), dtype=bool)  # on the host: building masks never syncs
+        self.held = np.zeros(rows, dtype=np.int64)  # valid slots of each row held, in cache order
         self.slack = SLACK if slack is None else slack
 
     def length(self, row: int) -> int:
-        return int(self.lengths[row])
+        return int(self.held[self.rows.index(row)])
 
     def held_lengths(self) -> torch.Tensor:
         """(len(rows),) the valid slots of each row held, in cache order: where its next
         token's position starts."""
-        return torch.from_numpy(self.lengths[self.rows])
+        return torch.from_numpy(self.held.copy())
 
-    def view(self, rows: list[int]) -> tuple[DynamicCache, torch.Tensor]:
+    def view(self, rows: list[int]) -> tuple[DynamicCache, np.ndarray]:
         """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
         if rows == self.rows:
             return self.cache, self.valid
-        if not self.cache.layers:
-            return DynamicCache(), self.valid[self._index(rows)]
         index = self._index(rows)
+        if not self.cache.layers:
+            return DynamicCache(), self.valid[index.numpy()]
         sub = DynamicCache()
         device_index = index.to(self.cache.layers[0].keys.device)
         for i, layer in enumerate(self.cache.layers):
             sub.update(layer.keys[device_index], layer.values[device_index], i)
-        return sub, self.valid[index]
+        return sub, self.valid[index.numpy()]
 
     def commit(self, rows: list[int], cache: DynamicCache, kept: torch.Tensor) -> None:
         """Record a call over `rows` that appended S slots to `cache` (from `view`); kept
-        (len(rows), S) bool: the new slots each row keeps."""
+        (len(rows), S) bool: the new slots each row keeps, a prefix of them (every call's
+        layout puts the rows it caches first)."""
         if cache is not self.cache:
             self._merge(rows, cache, kept.shape[1])
+        kept = kept.numpy()
         if rows == self.rows:
-            new = kept
-        else:
-            new = torch.zeros(len(self.rows), kept.shape[1], dtype=torch.bool)
-            new[self._index(rows)] = kept
-        self.valid = torch.cat([self.valid, new], dim=1)
-        self.lengths[rows] += kept.sum(1).numpy()
-        self._tidy()
+            self.keep_first(kept.sum(1))
+            return
+        counts = kept.sum(1)
+        end = int(counts.max()) if counts.size else 0
+        index = self._index(rows).numpy()
+        new = np.zeros((len(self.rows), end), dtype=bool)
+        new[index] = kept[:, :end]
+        self.held[index] += counts
+        self._append(new)
+
+    def keep_first(self, counts: np.ndarray) -> None:
+        """Record the call just made over every row held, whose new slots each row keeps the
+        first counts[i] of (a verification's last token and accepted drafts, known only
+        after the call)."""
+        self.held += counts
+        self._append(np.arange(int(counts.max()) if counts.size else 0) < counts[:, None])
+
+    def _append(self, new: np.ndarray) -> None:
+        """The new slots' columns up to the last some row keeps: the last column held a
+        valid slot before this call (`_tidy`), so the slots past them are all that is
+        trimmed, with no scan of the whole cache."""
+        self.valid = np.concatenate([self.valid, new], axis=1)
+        if self.cache.layers and self.valid.shape[1] < self.cache.layers[0].keys.shape[2]:
+            self._slice(self.valid.shape[1])
+        self._compact_if_sparse()
 
     def crop(self, row: int, n: int) -> None:
         """Mask out the last n valid slots of `row` (rejected drafts)."""
@@ -81,9 +102,12 @@ class SlotCache:
     def crop_all(self, counts: torch.Tensor) -> None:
         """Mask out the last counts[i] valid slots of each row held, in cache order (every
         row's rejected drafts at once)."""
-        from_end = self.valid.flip(1).cumsum(1).flip(1)  # valid slots at or after each slot
-        self.valid &= ~(from_end <= counts[:, None])
-        self.lengths[self.rows] -= counts.numpy()
+        counts = counts.numpy()
+        if not counts.any():
+            return
+        from_end = self.valid[:, ::-1].cumsum(1)[:, ::-1]  # valid slots at or after each slot
+        self.valid &= from_end > counts[:, None]
+        self.held -= counts
         self._tidy()
 
     def release(self, row: int) -> None:
@@ -108,7 +132,7 @@ class SlotCache:
         end = len(order)
         for layer in self.cache.layers:
             layer.keys, layer.values = layer.keys[:end], layer.values[:end]
-        self.valid, self.rows = self.valid[:end], [self.rows[i] for i in order]
+        self.valid, self.rows, self.held = self.valid[:end], [self.rows[i] for i in order], self.held[order]
         self._tidy()
 
     def drop(self, rows: list[int]) -> None:
@@ -121,7 +145,7 @@ class SlotCache:
             device_index = index.to(self.cache.layers[0].keys.device)
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[device_index], layer.values[device_index]
-        self.valid, self.rows = self.valid[index], keep
+        self.valid, self.rows, self.held = self.valid[index.numpy()], keep, self.held[index.numpy()]
         self._tidy()
 
     def _index(self, rows: list[int]) -> torch.Tensor:
@@ -149,10 +173,13 @@ class SlotCache:
     def _tidy(self) -> None:
         """Trim slots no row sees from the end; compact when too much is masked."""
         if self.valid.shape[1] and not self.valid[:, -1].any():
-            seen = self.valid.any(0).nonzero()
-            self._slice(int(seen.max()) + 1 if seen.numel() else 0)
-        held = int(self.lengths[self.rows].sum())  # = valid.sum(): lengths count each row's valid slots
-        if self.valid.numel() and 1 - held / self.valid.numel() > self.slack:
+            seen = np.flatnonzero(self.valid.any(0))
+            self._slice(int(seen[-1]) + 1 if seen.size else 0)
+        self._compact_if_sparse()
+
+    def _compact_if_sparse(self) -> None:
+        held = int(self.held.sum())  # = valid.sum(): `held` counts each row's valid slots
+        if self.valid.size and 1 - held / self.valid.size > self.slack:
             self._compact()
 
     def _slice(self, end: int) -> None:
@@ -164,13 +191,13 @@ class SlotCache:
         """Gather each row's valid slots to the front, in order."""
         counts = self.valid.sum(1)
         width = int(counts.max())
-        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :width]
+        order = torch.from_numpy(np.argsort(~self.valid, axis=1, kind="stable")[:, :width])
         for layer in self.cache.layers:
             index = order.to(layer.keys.device)[:, None, :, None]
             layer.keys = layer.keys.gather(2, index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
             layer.values = layer.values.gather(
                 2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
-        self.valid = torch.arange(width)[None] < counts[:, None]
+        self.valid = np.arange(width)[None] < counts[:, None]
 
 
 def swap_remove(size: int, removed: list[int]) -> list[int]:

@@ -117,7 +117,7 @@ def test_the_acceptance_rules_over_rows_equal_them_row_by_row():
 
 
 def test_a_layout_keeps_each_rows_prefix_and_hides_padding():
-    layout = Layout.of(torch.tensor([2, 0]), torch.tensor([2, 3]), 4, bidirectional=True, keep_region=False)
+    layout = Layout.of(torch.tensor([2, 0]), torch.tensor([2, 3]), bidirectional=True, keep_region=False)
     assert layout.kept.tolist() == [[True, True, False, False], [False, False, False, False]]
     first = layout.among[0].int().tolist()
     assert first == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]]  # region both ways
