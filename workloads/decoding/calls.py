@@ -144,11 +144,11 @@ class Network:
         return [logits[i, :r.ids.shape[0]] for i, r in enumerate(requests)]
 
     def prepare(self, rows: list[int], ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
-                kept: torch.Tensor | None) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+                kept: np.ndarray | None) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
         """The forward over `rows` (ids and positions (R, Q); among (R, Q, Q) bool, None:
-        causal) returning logits (R, Q, V), and the commit of its kept (R, Q) slots to run
-        after it, apart from the forward's time (kept None: the caller records them once it
-        knows, SlotCache.keep_first)."""
+        causal) returning logits (R, Q, V), and the commit to run after it, apart from the
+        forward's time, of the first kept[r] (R,) new slots of each row (kept None: the
+        caller records them once it knows, SlotCache.keep_first)."""
         width = ids.shape[1]
         if self.prefix_cache:
             cache, valid = self.slots.view(rows)
@@ -193,22 +193,19 @@ def timed(network, requests: list, forward: Callable[[], T], width: int) -> T:
 
 def _padded(requests: list[Rows]) -> tuple[torch.Tensor, ...]:
     """The requests padded to the longest, q: ids and positions (R, Q), visible (R, Q, Q)
-    (a padding row sees itself) and kept (R, Q)."""
+    (a padding row sees itself) and kept (R,), the rows each request keeps."""
     if len(requests) == 1:  # nothing to pad: batch-1 decoding pays no copies
         r = requests[0]
-        kept = torch.arange(r.ids.shape[0]) < r.keep
-        return r.ids.cpu().long()[None], r.positions.cpu().long()[None], r.visible[None], kept[None]
+        return r.ids.cpu().long()[None], r.positions.cpu().long()[None], r.visible[None], np.array([r.keep])
     width = max(r.ids.shape[0] for r in requests)
     ids = torch.zeros(len(requests), width, dtype=torch.long)
     positions = torch.zeros(len(requests), width, dtype=torch.long)
     among = torch.eye(width, dtype=torch.bool).repeat(len(requests), 1, 1)
-    kept = torch.zeros(len(requests), width, dtype=torch.bool)
     for i, r in enumerate(requests):
         q = r.ids.shape[0]
         ids[i, :q], positions[i, :q] = r.ids.cpu(), r.positions.cpu()
         among[i, :q, :q] = r.visible
-        kept[i, :r.keep] = True
-    return ids, positions, among, kept
+    return ids, positions, among, np.array([r.keep for r in requests])
 
 
 class CachedModel:

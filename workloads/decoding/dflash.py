@@ -87,7 +87,7 @@ def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, wi
     """A drafting call's layout (DFlashNetwork.prepare), built once per shape: position
     offsets (R, N + Q) from each row's cached length (context column c at c, block slot j at
     contexts[r] + j), among (R, Q, N + Q) (a block row sees its own context and block; a
-    padding row itself) and kept (R, N + Q) (its own context only)."""
+    padding row itself) and kept (R,) (its own context only: the first contexts[r] slots)."""
     contexts, blocks = torch.tensor(contexts), torch.tensor(blocks)
     column, slot = torch.arange(n), torch.arange(width)
     offsets = torch.cat([column.expand(len(contexts), -1), contexts[:, None] + slot], 1)
@@ -95,8 +95,7 @@ def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, wi
     sees_context = present[:, :, None] & (column < contexts[:, None])[:, None, :]
     sees_block = (present[:, :, None] & present[:, None, :]) | torch.eye(width, dtype=torch.bool)
     among = torch.cat([sees_context, sees_block], 2)
-    kept = torch.cat([column < contexts[:, None], torch.zeros(len(contexts), width, dtype=torch.bool)], 1)
-    return offsets, among, kept
+    return offsets, among, contexts.numpy()
 
 
 class DFlashNetwork:

@@ -127,9 +127,10 @@ class Rows:
         self.steps.steps.append((self.live, widths.numpy(), accepted.numpy()))
 
     def call(self, network: Network, ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
-             kept: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
+             kept: np.ndarray | None, real: torch.Tensor) -> torch.Tensor:
         """One forward of `network` over every live row: ids, positions (L, Q), among (L, Q, Q)
-        or None (causal), kept (L, Q) (None: recorded later, SlotCache.keep_first); real
+        or None (causal), kept (L,) the new slots each row keeps, its first (None: recorded
+        later, SlotCache.keep_first); real
         (L,): each row's own rows of the Q (the rest is padding; a row with none is not
         counted as served). Returns logits (L, Q, V)."""
         forward, commit = network.prepare(network.slots.rows, ids, positions, among, kept)
@@ -253,7 +254,7 @@ class Layout:
     dropped). Padding rows see themselves only and are never kept."""
 
     among: torch.Tensor  # (L, Q, Q) bool
-    kept: torch.Tensor  # (L, Q) bool
+    kept: np.ndarray  # (L,) the rows each row keeps: its prefix, or all its rows
     real: torch.Tensor  # (L,) rows each row evaluates
     starts: torch.Tensor  # (L,) the region's first column
     start: int | None  # the region's first column when every row's is the same
@@ -283,7 +284,7 @@ class Layout:
         if bidirectional:
             sees = sees | (in_region[:, :, None] & in_region[:, None, :])
         among = (present[:, :, None] & present[:, None, :] & sees) | torch.eye(width, dtype=torch.bool)
-        kept = present & ~in_region if not keep_region else present
+        kept = (real if keep_region else prefix).numpy()
         start = prefixes[0] if len(set(prefixes)) == 1 else None
         return cls(among, kept, real, prefix, start, start is not None and len(set(regions)) == 1)
 

@@ -128,18 +128,21 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
     q, step = None, 0
     while bool(masked.any()):
         active = masked.any(1)
-        counts = torch.where(active, widths, 0)
+
+        def counts(a: torch.Tensor = active) -> torch.Tensor:  # the slots each row draws for (greedy: none)
+            return torch.where(a, widths, 0)
+
         logits = drafter.block(rows, last, tokens, widths, active, settings.mask_token_id)
         proposal, untempered = proposals(logits, settings)
         device, vocab = proposal.device, proposal.shape[-1]
         drawn = candidates(proposal, settings,
-                           lambda c=counts, v=vocab, d=device: rows.exponential(c, width, v, d)).cpu()
+                           lambda c=counts, v=vocab, d=device: rows.exponential(c(), width, v, d)).cpu()
         if settings.steps is not None and settings.steps - step == 1:
             chosen = masked.clone()
         else:
             probs = untempered.softmax(-1)
             priority = scores(settings.unmask, probs, drawn.to(device),
-                              lambda c=counts, d=device: rows.uniform(c, width, d))
+                              lambda c=counts, d=device: rows.uniform(c(), width, d))
             chosen = commit_mask(settings, masked.to(device), priority, probs.amax(-1), step).cpu()
         tokens = torch.where(chosen, drawn, tokens)
         q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)

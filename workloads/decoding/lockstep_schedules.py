@@ -20,7 +20,6 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
     """`ar` over the batch: the verifier prefills every prompt (padded to the longest) and
     then takes one token a row a call."""
     logits, _ = prefill(rows, verifier, prompts)
-    one = torch.ones(len(prompts), 1, dtype=torch.bool)
     single = torch.ones(len(prompts), dtype=torch.long)
     while True:
         tokens = rows.sample(logits)
@@ -28,9 +27,9 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
         stay = rows.leave(rows.emit(tokens[:, None], single), [verifier])
         if rows.done:
             return
-        tokens, one, single = staying(stay, tokens, one, single)
-        logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None, one,
-                           single)[:, -1]
+        tokens, single = staying(stay, tokens, single)
+        logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None,
+                           single.numpy(), single)[:, -1]
 
 
 def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,7 +43,7 @@ def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[to
     prompt token (L, V), the prompts padded (L, P))."""
     ids, lengths = padded(prompts)
     positions = torch.arange(ids.shape[1]).expand(len(prompts), -1)
-    logits = rows.call(verifier, ids, positions, None, positions < lengths[:, None], lengths)
+    logits = rows.call(verifier, ids, positions, None, lengths.numpy(), lengths)
     return logits[torch.arange(len(prompts)), (lengths - 1).to(logits.device)], ids
 
 

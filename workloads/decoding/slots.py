@@ -57,28 +57,24 @@ class SlotCache:
             sub.update(layer.keys[device_index], layer.values[device_index], i)
         return sub, self.valid[index.numpy()]
 
-    def commit(self, rows: list[int], cache: DynamicCache, kept: torch.Tensor) -> None:
-        """Record a call over `rows` that appended S slots to `cache` (from `view`); kept
-        (len(rows), S) bool: the new slots each row keeps, a prefix of them (every call's
-        layout puts the rows it caches first)."""
+    def commit(self, rows: list[int], cache: DynamicCache, kept: np.ndarray) -> None:
+        """Record a call over `rows` that appended S slots to `cache` (from `view`); row r
+        keeps the first kept[r] (len(rows),) of its new slots (every call's layout puts the
+        rows it caches first)."""
         if cache is not self.cache:
-            self._merge(rows, cache, kept.shape[1])
-        kept = kept.numpy()
+            self._merge(rows, cache, cache.layers[0].keys.shape[2] - self.valid.shape[1])
         if rows == self.rows:
-            self.keep_first(kept.sum(1))
+            self.keep_first(kept)
             return
-        counts = kept.sum(1)
-        end = int(counts.max()) if counts.size else 0
         index = self._index(rows).numpy()
-        new = np.zeros((len(self.rows), end), dtype=bool)
-        new[index] = kept[:, :end]
-        self.held[index] += counts
-        self._append(new)
+        counts = np.zeros(len(self.rows), dtype=np.int64)
+        counts[index] = kept
+        self.keep_first(counts)
 
     def keep_first(self, counts: np.ndarray) -> None:
         """Record the call just made over every row held, whose new slots each row keeps the
-        first counts[i] of (a verification's last token and accepted drafts, known only
-        after the call)."""
+        first counts[i] of (for a verification, its last token and accepted drafts: known
+        only after the call)."""
         self.held += counts
         self._append(np.arange(int(counts.max()) if counts.size else 0) < counts[:, None])
 

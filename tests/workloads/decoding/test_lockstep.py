@@ -118,7 +118,7 @@ def test_the_acceptance_rules_over_rows_equal_them_row_by_row():
 
 def test_a_layout_keeps_each_rows_prefix_and_hides_padding():
     layout = Layout.of(torch.tensor([2, 0]), torch.tensor([2, 3]), bidirectional=True, keep_region=False)
-    assert layout.kept.tolist() == [[True, True, False, False], [False, False, False, False]]
+    assert layout.kept.tolist() == [2, 0]
     first = layout.among[0].int().tolist()
     assert first == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]]  # region both ways
     second = layout.among[1].int().tolist()

@@ -1,18 +1,19 @@
 """The slot cache of a batch: masked slots stay out of every row's view, compaction keeps each
 row's valid slots in order, a row that leaves takes only its own slots."""
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
 from workloads.decoding.slots import SlotCache, swap_remove
 
 
-def call(slots: SlotCache, rows: list[int], keys: torch.Tensor, kept: torch.Tensor) -> None:
-    """Append S new slots (keys: (len(rows), S)) as a model call would."""
+def call(slots: SlotCache, rows: list[int], keys: torch.Tensor, kept: list[int]) -> None:
+    """Append S new slots (keys: (len(rows), S)) as a model call would; row r keeps its first kept[r]."""
     cache, valid = slots.view(rows)
     new = keys[:, None, :, None].float()
     cache.update(new, new, 0)
-    slots.commit(rows, cache, kept)
+    slots.commit(rows, cache, np.array(kept))
 
 
 def seen(slots: SlotCache, row: int) -> list[int]:
@@ -23,10 +24,10 @@ def seen(slots: SlotCache, row: int) -> list[int]:
 def test_rows_keep_their_own_slots_through_crops_subsets_compaction_and_leaving():
     slots = SlotCache(3, slack=0.3)
     call(slots, [0, 1, 2], torch.tensor([[1, 2, 3], [11, 12, 13], [21, 22, 23]]),
-         torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]], dtype=torch.bool))
+         [3, 2, 1])
     assert [seen(slots, r) for r in range(3)] == [[1, 2, 3], [11, 12], [21]]
     slots.crop(0, 2)  # rejected drafts
-    call(slots, [1], torch.tensor([[14, 15]]), torch.tensor([[1, 1]], dtype=torch.bool))  # a subset call
+    call(slots, [1], torch.tensor([[14, 15]]), [2])  # a subset call
     assert [seen(slots, r) for r in range(3)] == [[1], [11, 12, 14, 15], [21]]
     assert [slots.length(r) for r in range(3)] == [1, 4, 1]
     assert slots.valid.shape[1] == 4  # compacted: over 30% was masked
@@ -37,7 +38,7 @@ def test_rows_keep_their_own_slots_through_crops_subsets_compaction_and_leaving(
 
 def test_one_row_is_always_exactly_its_prefix():
     slots = SlotCache(1)
-    call(slots, [0], torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 1, 0, 0]], dtype=torch.bool))
+    call(slots, [0], torch.tensor([[1, 2, 3, 4]]), [2])
     slots.crop(0, 1)
     assert isinstance(slots.cache, DynamicCache) and slots.valid.shape[1] == 1 and seen(slots, 0) == [1]
 
@@ -47,7 +48,7 @@ def test_rows_that_leave_take_the_last_rows_into_their_places():
     assert swap_remove(3, [2]) == [0, 1] and swap_remove(2, [0, 1]) == []
     slots = SlotCache(4)
     call(slots, [0, 1, 2, 3], torch.tensor([[1, 2], [11, 12], [21, 22], [31, 32]]),
-         torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]], dtype=torch.bool))
+         [2, 1, 2, 2])
     slots.remove([0, 2])
     assert slots.rows == [3, 1] and [seen(slots, r) for r in (3, 1)] == [[31, 32], [11]]
     assert slots.held_lengths().tolist() == [2, 1]
