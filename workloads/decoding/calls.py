@@ -11,6 +11,7 @@ their calls on it, and it runs them as one padded forward over the batch's `Slot
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -157,7 +158,7 @@ class Network:
         if width == 1 and valid.all() and (among is None or bool(among.all())):
             mask = None  # one row a call that sees every slot: nothing to mask
         else:
-            among = causal(width).expand(len(rows), -1, -1) if among is None else among
+            among = _causal(width).expand(len(rows), -1, -1) if among is None else among
             mask = additive(rows_after_slots(valid, among), self.dtype).to(self.device)
         inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
                       attention_mask=mask)
@@ -176,6 +177,12 @@ class Network:
         """Remove the feature tap's hooks from the model, which outlives the batch."""
         if self.tap is not None:
             self.tap.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _causal(width: int) -> torch.Tensor:
+    """masks.causal, built once per width for the calls that only read it."""
+    return causal(width)
 
 
 def timed(network, requests: list, forward: Callable[[], T], width: int) -> T:

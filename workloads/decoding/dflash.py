@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -83,14 +84,14 @@ class Block:
 
 @functools.lru_cache(maxsize=4096)
 def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, width: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  ) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
     """A drafting call's layout (DFlashNetwork.prepare), built once per shape: position
     offsets (R, N + Q) from each row's cached length (context column c at c, block slot j at
     contexts[r] + j), among (R, Q, N + Q) (a block row sees its own context and block; a
     padding row itself) and kept (R,) (its own context only: the first contexts[r] slots)."""
     contexts, blocks = torch.tensor(contexts), torch.tensor(blocks)
     column, slot = torch.arange(n), torch.arange(width)
-    offsets = torch.cat([column.expand(len(contexts), -1), contexts[:, None] + slot], 1)
+    offsets = torch.cat([column.expand(len(contexts), -1), contexts[:, None] + slot], 1).numpy()
     present = slot < blocks[:, None]  # (R, Q)
     sees_context = present[:, :, None] & (column < contexts[:, None])[:, None, :]
     sees_block = (present[:, :, None] & present[:, None, :]) | torch.eye(width, dtype=torch.bool)
@@ -140,11 +141,10 @@ class DFlashNetwork:
         row r's block [last, canvas] (dropped). A row's block sees its valid slots, its
         own context and its own block; its context continues its cached positions. Returns
         (forward -> (logits (R, Q, V), block states (R, Q, H)), the commit of its slots)."""
-        starts = self.slots.held_lengths() if rows == self.slots.rows else torch.tensor(
-            [self.slots.length(r) for r in rows])
         offsets, among, kept = _block_layout(tuple(contexts.tolist()), tuple(blocks.tolist()),
                                              context.shape[1], ids.shape[1])
-        positions = starts[:, None] + offsets
+        positions = self.slots.positions(offsets) if rows == self.slots.rows else torch.from_numpy(
+            np.array([self.slots.length(r) for r in rows])[:, None] + offsets)
         cache, valid = self.slots.view(rows)
         allowed = rows_after_slots(valid, among)
         ids = ids.to(self.device)

@@ -46,7 +46,7 @@ class IdRows(Drafting):
         rows' logits (L, W + 1, V)."""
         layout = Layout.of(self.waiting, 1 + widths, True, False)
         ids = _block_ids(self.pending, self.waiting, last, tokens, layout, mask_id)
-        positions = self.network.slots.held_lengths()[:, None] + torch.arange(ids.shape[1])
+        positions = self.network.slots.positions(np.arange(ids.shape[1]))
         logits = rows.call(self.network, ids, positions, layout.among, layout.kept,
                            torch.where(served, layout.real, 0))
         self.waiting = torch.zeros_like(self.waiting)

@@ -28,8 +28,8 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
         if rows.done:
             return
         tokens, single = staying(stay, tokens, single)
-        logits = rows.call(verifier, tokens[:, None], verifier.slots.held_lengths()[:, None], None,
-                           single.numpy(), single)[:, -1]
+        logits = rows.call(verifier, tokens[:, None], verifier.slots.positions(0), None, single.numpy(),
+                           single)[:, -1]
 
 
 def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

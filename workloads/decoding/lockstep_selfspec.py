@@ -4,6 +4,7 @@ regions, the same layout for every row, so only ids and positions differ."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from workloads.decoding.calls import Network
@@ -28,7 +29,7 @@ def one_call_rows(rows: Rows, model: Network, prompts: list[list[int]], settings
     have = torch.full_like(last, width)
     regions = [(h, block + 1) for h in range(block)] if quadratic else [(0, block)]
     layout = packed_layout(block, regions)
-    offsets = torch.cat([torch.arange(block)] + [torch.arange(h, h + size) for h, size in regions])
+    offsets = np.concatenate([np.arange(block)] + [np.arange(h, h + size) for h, size in regions])
     # each call's ids: base [last, draft, a mask] read at `source`, the verify rows, then
     # each region's first row a copy of verify row h and its other rows masks
     source = torch.cat([torch.arange(block)]
@@ -43,7 +44,7 @@ def one_call_rows(rows: Rows, model: Network, prompts: list[list[int]], settings
         among, real, every = shape
         canvas = torch.where(slots < widths[:, None], tokens, mask)  # padded: never accepted
         ids = torch.cat([last[:, None], canvas, torch.full((live, 1), mask)], 1)[:, source]
-        positions = model.slots.held_lengths()[:, None] + offsets
+        positions = model.slots.positions(offsets)
         logits = rows.call(model, ids, positions, among, None, real)
         n = int(widths.max())
         accepted, token = verify_finish_rows(rows, model, logits[:, :n + 1], tokens, q, widths)

@@ -4,6 +4,7 @@ verifier's forward over each row's [last, draft], then its acceptance rule
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from workloads.decoding.calls import Network
@@ -19,7 +20,7 @@ def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, token
     width = int(widths.max())
     layout = Layout.of(torch.zeros_like(widths), 1 + widths, False, True)
     ids = torch.cat([last.cpu()[:, None], tokens[:, :width]], 1)
-    positions = verifier.slots.held_lengths()[:, None] + torch.arange(width + 1)
+    positions = verifier.slots.positions(np.arange(width + 1))
     return rows.call(verifier, ids, positions, layout.among, None, layout.real)
 
 

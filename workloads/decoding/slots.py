@@ -44,6 +44,11 @@ class SlotCache:
         token's position starts."""
         return torch.from_numpy(self.held.copy())
 
+    def positions(self, offsets: np.ndarray) -> torch.Tensor:
+        """(len(rows), n) positions of n new rows of each row held: its valid slots (where
+        its next token's position starts) + offsets (n,) or (len(rows), n)."""
+        return torch.from_numpy(self.held[:, None] + offsets)
+
     def view(self, rows: list[int]) -> tuple[DynamicCache, np.ndarray]:
         """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
         if rows == self.rows:
@@ -118,12 +123,12 @@ class SlotCache:
         holes = [i for i, j in enumerate(order) if i != j]
         if holes:
             moved = [order[i] for i in holes]
-            if self.cache.layers:
-                to, device_holes = torch.tensor(moved), torch.tensor(holes)
-                for layer in self.cache.layers:
-                    index, into = to.to(layer.keys.device), device_holes.to(layer.keys.device)
-                    layer.keys[into] = layer.keys[index]
-                    layer.values[into] = layer.values[index]
+            # row by row (once in a row's life): a plain copy of one row costs a fraction of
+            # an indexed copy of several
+            for layer in self.cache.layers:
+                for hole, mover in zip(holes, moved):
+                    layer.keys[hole].copy_(layer.keys[mover])
+                    layer.values[hole].copy_(layer.values[mover])
             self.valid[holes] = self.valid[moved]
         end = len(order)
         for layer in self.cache.layers:
