@@ -254,13 +254,16 @@ def batch_bench(
     without speculation and with DFlash."""
     from orchestrator.bench import batch
     from orchestrator.bench.decode import arith
-    from workloads.models.pair import BUNDLED
+    from workloads.models.pair import BUNDLED, pair_kind
+    from workloads.serving.vllm import vllm_python
 
     sizes = batch.parse_sizes(batch_sizes)
+    if vllm:  # refused before minutes of decoding, not after
+        if not (kind := pair_kind(pair)).target_conditioned:
+            raise ValueError(f"--vllm: vLLM serves a DFlash pair's drafter; {pair} is a {kind.name} pair "
+                             f"(use toy-dflash)")
+        vllm_python()
     loaded = _load(pair, threads)
-    if vllm and not loaded.kind.target_conditioned:
-        raise typer.BadParameter(f"--vllm serves DFlash in vLLM; {pair} is a {loaded.kind.name} pair "
-                                 f"(use toy-dflash)", param_hint="--pair")
     prompts, say = arith(n)[0], None if as_json else lambda line: typer.echo(line, err=True)
     rows = batch.batch_comparison(loaded, prompts, sizes, max_new_tokens, say)
     if vllm:

@@ -85,3 +85,14 @@ def test_a_prompt_past_the_model_positions_is_refused_before_any_decodes(tmp_pat
     prompts.write_text("1+1=\n2+2=\n" + "1+" * 5000 + "1=\n")
     one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(prompts)]),
                    "prompt 3: 10002 tokens + max_new_tokens 64 pass the model's 256 positions")
+
+
+def test_bench_batch_serves_in_vllm_only_a_dflash_pair():
+    one_line_error(runner.invoke(app, ["bench", "batch", "--pair", "toy", "--vllm"]),
+                   "--vllm: vLLM serves a DFlash pair's drafter; toy is a two-model pair")
+
+
+def test_bench_batch_with_vllm_not_set_up_says_how_before_it_decodes(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECSWEEP_VLLM_PYTHON", str(tmp_path / "missing"))
+    one_line_error(runner.invoke(app, ["bench", "batch", "--pair", "toy-dflash", "--vllm"]),
+                   "engine: vllm is not set up")
