@@ -40,12 +40,13 @@ class RowMeters:
 
     def __init__(self, size: int):
         self.size = size
-        self.calls: list = []  # (interval, live batch rows, each one's token rows)
+        self.calls: list = []  # (interval, live batch rows, each one's token rows, served or None)
         self.nfe = self.rows = self.model_s = None  # per row, after `tally`
 
-    def add(self, interval, live: np.ndarray, rows: np.ndarray) -> None:
-        """A call over the `live` batch rows, rows[i] of them live[i]'s (0: padding only, not served)."""
-        self.calls.append((interval, live, rows))
+    def add(self, interval, live: np.ndarray, rows: np.ndarray, served: np.ndarray | None = None) -> None:
+        """A call over the `live` batch rows, rows[i] of them live[i]'s (0: padding only, not
+        served), unless served (L,) bool says a row was not served."""
+        self.calls.append((interval, live, rows, served))
 
     def tally(self) -> None:
         """nfe, rows (token rows) and model_s per batch row: Σ over the calls that served it."""
@@ -53,7 +54,8 @@ class RowMeters:
                                              np.zeros(self.size, dtype=np.int64), np.zeros(self.size))
         if not self.calls:
             return
-        live, rows = (np.concatenate([c[k] for c in self.calls]) for k in (1, 2))
+        live = np.concatenate([c[1] for c in self.calls])
+        rows = np.concatenate([c[2] if c[3] is None else c[2] * c[3] for c in self.calls])
         seconds = np.repeat([c[0] if not isinstance(c[0], tuple) else c[0][0].elapsed_time(c[0][1]) / 1000
                              for c in self.calls], [len(c[1]) for c in self.calls])
         served = rows > 0
@@ -127,22 +129,24 @@ class Rows:
         self.steps.steps.append((self.live, widths.numpy(), accepted.numpy()))
 
     def call(self, network: Network, ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
-             kept: np.ndarray | None, real: torch.Tensor) -> torch.Tensor:
+             kept: np.ndarray | None, real: torch.Tensor, served: torch.Tensor | None = None) -> torch.Tensor:
         """One forward of `network` over every live row: ids, positions (L, Q), among (L, Q, Q)
         or None (causal), kept (L,) the new slots each row keeps, its first (None: recorded
         later, SlotCache.keep_first); real
         (L,): each row's own rows of the Q (the rest is padding; a row with none is not
-        counted as served). Returns logits (L, Q, V)."""
+        counted as served; nor is one that served (L,) bool, if given, leaves out). Returns
+        logits (L, Q, V)."""
         forward, commit = network.prepare(network.slots.rows, ids, positions, among, kept)
-        return self.timed(network, forward, real, ids.numel(), commit)
+        return self.timed(network, forward, real, ids.numel(), commit, served)
 
-    def timed(self, network, forward, real: torch.Tensor, evaluated: int, commit) -> object:
+    def timed(self, network, forward, real: torch.Tensor, evaluated: int, commit,
+              served: torch.Tensor | None = None) -> object:
         """Run `forward`, meter it on the rows it served (real > 0) and on `network` (its
         `evaluated` token rows), then `commit` apart from its time."""
         began = network.work.start(network.device)
         out = forward()
         interval = network.work.mark(network.device, began)
-        self.meter.add(interval, self.live, real.numpy())
+        self.meter.add(interval, self.live, real.numpy(), None if served is None else served.numpy())
         network.work.add(interval, evaluated)
         commit()
         return out

@@ -21,10 +21,18 @@ class Drafting:
 
     def __init__(self, network):
         self.network = network
-        self.pending = self.waiting = None
+        self.pending = self.waiting = self.nothing = None  # nothing: waiting once a call cached it
 
     def keep(self, stay: torch.Tensor | None) -> None:
         self.pending, self.waiting = staying(stay, self.pending, self.waiting)
+        if stay is not None:
+            self.nothing = None
+
+    def cached(self) -> None:
+        """A call cached what waited: nothing waits (zeros made once per set of live rows)."""
+        if self.nothing is None:
+            self.nothing = torch.zeros_like(self.waiting)
+        self.waiting = self.nothing
 
     def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,9 +55,8 @@ class IdRows(Drafting):
         layout = Layout.of(self.waiting, 1 + widths, True, False)
         ids = _block_ids(self.pending, self.waiting, last, tokens, layout, mask_id)
         positions = self.network.slots.positions(np.arange(ids.shape[1]))
-        logits = rows.call(self.network, ids, positions, layout.among, layout.kept,
-                           torch.where(served, layout.real, 0))
-        self.waiting = torch.zeros_like(self.waiting)
+        logits = rows.call(self.network, ids, positions, layout.among, layout.kept, layout.real, served)
+        self.cached()
         return layout.region_rows(logits, tokens.shape[1] + 1)
 
 
@@ -75,9 +82,8 @@ class FeatureRows(Drafting):
         ids = torch.cat([last[:, None], canvas], 1)
         context = self.pending if bool(self.waiting.any()) else self.pending[:, :0]
         forward, commit = self.network.prepare(self.network.slots.rows, context, self.waiting, ids, blocks)
-        logits, self.hidden = rows.timed(self.network, forward, torch.where(served, blocks, 0), ids.numel(),
-                                         commit)
-        self.waiting = torch.zeros_like(self.waiting)
+        logits, self.hidden = rows.timed(self.network, forward, blocks, ids.numel(), commit, served)
+        self.cached()
         return logits  # self.hidden: the block rows' states, for DFlash 2's candidate chain
 
 
