@@ -131,11 +131,10 @@ class Rows:
     def call(self, network: Network, ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
              kept: np.ndarray | None, real: torch.Tensor, served: torch.Tensor | None = None) -> torch.Tensor:
         """One forward of `network` over every live row: ids, positions (L, Q), among (L, Q, Q)
-        or None (causal), kept (L,) the new slots each row keeps, its first (None: recorded
-        later, SlotCache.keep_first); real
-        (L,): each row's own rows of the Q (the rest is padding; a row with none is not
-        counted as served; nor is one that served (L,) bool, if given, leaves out). Returns
-        logits (L, Q, V)."""
+        or None (causal), kept (L,) how many of its new slots each row keeps, its first (None:
+        recorded later, SlotCache.keep_first); real (L,): each row's own rows of the Q (the
+        rest is padding; a row with none is not counted as served, nor is one that served
+        (L,) bool, if given, leaves out). Returns logits (L, Q, V)."""
         forward, commit = network.prepare(network.slots.rows, ids, positions, among, kept)
         return self.timed(network, forward, real, ids.numel(), commit, served)
 

@@ -2,10 +2,10 @@
 
 One `DynamicCache` holds every row of the batch, shape (rows, heads, L, dim) per layer,
 and `valid` (rows, L), a host numpy array (each call updates it: numpy's small-array ops
-cost a fraction of torch's), says which slots each row's later calls see. A call appends the same
-number of slots S to every row it covers; a row keeps the first `keep` of its own and the
-rest (padding to S, rows it drops such as drafting canvases, rejected drafts cropped later)
-are masked out. Slot order never matters: every call passes explicit positions and an
+cost a fraction of torch's), says which slots each row's later calls see. A call appends
+the same number of slots S to every row it covers; a row keeps the first `keep` of its own
+and the rest (padding to S, rows it drops such as drafting canvases, rejected drafts) are
+masked out. Slot order never matters: every call passes explicit positions and an
 additive mask, so a row's attention is a softmax over the set of its valid slots.
 
 Masked slots cost attention work, so they are reclaimed: slots invalid for every row are
@@ -38,11 +38,6 @@ class SlotCache:
 
     def length(self, row: int) -> int:
         return int(self.held[self.rows.index(row)])
-
-    def held_lengths(self) -> torch.Tensor:
-        """(len(rows),) the valid slots of each row held, in cache order: where its next
-        token's position starts."""
-        return torch.from_numpy(self.held.copy())
 
     def positions(self, offsets: np.ndarray) -> torch.Tensor:
         """(len(rows), n) positions of n new rows of each row held: its valid slots (where
@@ -96,19 +91,10 @@ class SlotCache:
         """Mask out the last n valid slots of `row` (rejected drafts)."""
         if n <= 0:
             return
-        counts = torch.zeros(len(self.rows), dtype=torch.long)
-        counts[self.rows.index(row)] = n
-        self.crop_all(counts)
-
-    def crop_all(self, counts: torch.Tensor) -> None:
-        """Mask out the last counts[i] valid slots of each row held, in cache order (every
-        row's rejected drafts at once)."""
-        counts = counts.numpy()
-        if not counts.any():
-            return
-        from_end = self.valid[:, ::-1].cumsum(1)[:, ::-1]  # valid slots at or after each slot
-        self.valid &= from_end > counts[:, None]
-        self.held -= counts
+        i = self.rows.index(row)
+        from_end = self.valid[i, ::-1].cumsum()[::-1]  # valid slots at or after each slot
+        self.valid[i] &= from_end > n
+        self.held[i] -= n
         self._tidy()
 
     def release(self, row: int) -> None:

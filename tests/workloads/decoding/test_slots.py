@@ -51,4 +51,4 @@ def test_rows_that_leave_take_the_last_rows_into_their_places():
          [2, 1, 2, 2])
     slots.remove([0, 2])
     assert slots.rows == [3, 1] and [seen(slots, r) for r in (3, 1)] == [[31, 32], [11]]
-    assert slots.held_lengths().tolist() == [2, 1]
+    assert slots.held.tolist() == [2, 1]
