@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.decoding.batch import Batch, Call
-from workloads.decoding.masks import additive, causal, rows_after_slots
+from workloads.decoding.masks import after_slots, causal
 from workloads.decoding.slots import SlotCache
 
 T = TypeVar("T")
@@ -158,8 +158,8 @@ class Network:
         if width == 1 and valid.all() and (among is None or bool(among.all())):
             mask = None  # one row a call that sees every slot: nothing to mask
         else:
-            among = _causal(width).expand(len(rows), -1, -1) if among is None else among
-            mask = additive(rows_after_slots(valid, among), self.dtype).to(self.device)
+            among = _causal(width) if among is None else among.numpy()
+            mask = after_slots(valid, among, self.dtype).to(self.device, self.dtype)
         inputs = dict(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
                       attention_mask=mask)
         if cache is not None:
@@ -180,9 +180,9 @@ class Network:
 
 
 @functools.lru_cache(maxsize=64)
-def _causal(width: int) -> torch.Tensor:
+def _causal(width: int) -> np.ndarray:
     """masks.causal, built once per width for the calls that only read it."""
-    return causal(width)
+    return causal(width).numpy()
 
 
 def timed(network, requests: list, forward: Callable[[], T], width: int) -> T:

@@ -30,7 +30,7 @@ from workloads.decoding.acceptance import draw
 from workloads.decoding.batch import Batch, Call
 from workloads.decoding.calls import Meter, timed
 from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, slot_logits
-from workloads.decoding.masks import additive, rows_after_slots
+from workloads.decoding.masks import after_slots
 from workloads.decoding.sampling import distribution, point_mass
 from workloads.decoding.slots import SlotCache
 
@@ -84,7 +84,7 @@ class Block:
 
 @functools.lru_cache(maxsize=4096)
 def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, width: int
-                  ) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A drafting call's layout (DFlashNetwork.prepare), built once per shape: position
     offsets (R, N + Q) from each row's cached length (context column c at c, block slot j at
     contexts[r] + j), among (R, Q, N + Q) (a block row sees its own context and block; a
@@ -96,7 +96,7 @@ def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, wi
     sees_context = present[:, :, None] & (column < contexts[:, None])[:, None, :]
     sees_block = (present[:, :, None] & present[:, None, :]) | torch.eye(width, dtype=torch.bool)
     among = torch.cat([sees_context, sees_block], 2)
-    return offsets, among, contexts.numpy()
+    return offsets, among.numpy(), contexts.numpy()
 
 
 class DFlashNetwork:
@@ -146,14 +146,14 @@ class DFlashNetwork:
         positions = self.slots.positions(offsets) if rows == self.slots.rows else torch.from_numpy(
             np.array([self.slots.length(r) for r in rows])[:, None] + offsets)
         cache, valid = self.slots.view(rows)
-        allowed = rows_after_slots(valid, among)
+        mask = after_slots(valid, among, self.dtype).to(self.device, self.dtype)
         ids = ids.to(self.device)
 
         def forward() -> tuple[torch.Tensor, torch.Tensor]:
             noise = (self.embed(ids) * self.scale).to(self.dtype)
             hidden = self.model(target_hidden=context.to(self.dtype), noise_embedding=noise,
                                 position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
-                                attention_mask=additive(allowed, self.dtype).to(self.device))
+                                attention_mask=mask)
             return self.model.compute_logits(hidden, self.head), hidden
 
         return forward, lambda: self.slots.commit(rows, cache, kept)

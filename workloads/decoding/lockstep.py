@@ -28,7 +28,6 @@ from workloads.decoding.calls import Network
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.output import Output
 from workloads.decoding.sampling import sample
-from workloads.decoding.slots import swap_remove
 
 
 class RowMeters:
@@ -215,10 +214,10 @@ class Rows:
         return found
 
     def leave(self, done: torch.Tensor, networks: list) -> torch.Tensor | None:
-        """Rows done (L,) bool leave the batch and every network's cache, where the last rows
-        take their places (slots.swap_remove: a copy of the rows that move, not of the
-        cache); returns the index (L',) of the rows that stay, in their new order, to take
-        every per-row tensor of the schedule with (`staying`), or None when every row stays."""
+        """Rows done (L,) bool leave the batch and every network's cache (the next call
+        gathers the rows that stay into its own copy of the cache, slots.RowsLayer);
+        returns the index (L',) of the rows that stay, in order, to take every per-row
+        tensor of the schedule with (`staying`), or None when every row stays."""
         done = done.numpy()
         if not done.any():
             return None
@@ -227,10 +226,10 @@ class Rows:
         for i in left:
             self.finished_s[i] = now
         for network in {id(n): n for n in networks}.values():
-            network.slots.remove(left)
-        order = swap_remove(self.live.size, np.nonzero(done)[0].tolist())
-        self.live = self.live[order]
-        return torch.tensor(order, dtype=torch.long)
+            network.slots.drop(left)
+        stay = np.flatnonzero(~done)
+        self.live = self.live[stay]
+        return torch.from_numpy(stay)
 
     def output(self, i: int) -> Output:
         output = Output(self.tokenizer, self.config.max_new_tokens, self.config.stop)

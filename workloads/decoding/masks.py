@@ -22,10 +22,19 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
     return torch.where(allowed, zero, blocked).unsqueeze(1)
 
 
-def rows_after_slots(valid: np.ndarray, among: torch.Tensor) -> torch.Tensor:
-    """(R, Q, L + K) bool: the Q new rows of batch row r see its valid cache slots valid[r]
-    (L, slots.SlotCache's host array), then among[r] (Q, K) of the call's own columns."""
-    return torch.cat([torch.as_tensor(valid)[:, None, :].expand(-1, among.shape[1], -1), among], dim=2)
+def after_slots(valid: np.ndarray, among: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """(R, 1, Q, L + K) additive mask (float32, holding `dtype`'s most negative value, so a
+    cast to dtype is exact): the Q new rows of batch row r see its valid cache slots
+    valid[r] (L,) (slots.SlotCache's host array), then among (R, Q, K) or (Q, K) of the
+    call's own columns. Built in numpy: a call pays two small-array steps, a fraction of
+    torch's (where, cat, expand)."""
+    rows, slots = valid.shape
+    q, k = among.shape[-2:]
+    blocked = np.float32(torch.finfo(dtype).min)
+    mask = np.empty((rows, 1, q, slots + k), dtype=np.float32)
+    np.multiply(~valid[:, None, :], blocked, out=mask[:, 0, :, :slots])
+    np.multiply(~among, blocked, out=mask[:, 0, :, slots:])
+    return torch.from_numpy(mask)
 
 
 def causal(n: int) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The KV slots of a batch of rows in one cache.
 
-One `DynamicCache` holds every row of the batch, shape (rows, heads, L, dim) per layer,
+One cache holds every row of the batch, shape (rows, heads, L, dim) per layer,
 and `valid` (rows, L), a host numpy array (each call updates it: numpy's small-array ops
 cost a fraction of torch's), says which slots each row's later calls see. A call appends
 the same number of slots S to every row it covers; a row keeps the first `keep` of its own
@@ -11,18 +11,86 @@ additive mask, so a row's attention is a softmax over the set of its valid slots
 Masked slots cost attention work, so they are reclaimed: slots invalid for every row are
 trimmed from the end (a view, no copy: with one row this is exactly `DynamicCache.crop`),
 and when more than `slack` of the cache is masked the valid slots of each row are gathered
-to the front (one copy of the cache).
+to the front (one copy of the cache). Rows that leave cost no copy of their own: the rows
+that stay are gathered by the next call's own copy of the cache (`RowsLayer`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 # Masked share of the cache that triggers compaction, unless a batch says otherwise
 # (`specsweep bench batch` measures 0, this and 1: never compact).
 SLACK = 0.5
+
+
+class RowsLayer(DynamicLayer):
+    """A DynamicLayer whose rows are selected lazily: `select` records which rows stay, in
+    which order, and the next `update` gathers them into the copy of the cache it makes
+    anyway (a DynamicLayer concatenates its whole cache each call), so rows leaving a
+    batch cost no copy of their own. Reading `keys` or `values` before then gathers them."""
+
+    def __init__(self):
+        self.index: torch.Tensor | None = None  # the rows to gather, pending
+        super().__init__()
+
+    @property
+    def keys(self) -> torch.Tensor:
+        self._gather()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: torch.Tensor) -> None:
+        self._keys = value
+
+    @property
+    def values(self) -> torch.Tensor:
+        self._gather()
+        return self._values
+
+    @values.setter
+    def values(self, value: torch.Tensor) -> None:
+        self._values = value
+
+    def get_seq_length(self) -> int:
+        return self._keys.shape[-2] if self.is_initialized and self._keys.numel() else 0
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep the rows at `index` (on the cache's device), in that order."""
+        self.index = index if self.index is None else self.index[index]
+
+    def trim(self, end: int) -> None:
+        """Hold the first `end` slots (a view; any pending selection still applies)."""
+        self._keys, self._values = self._keys[:, :, :end], self._values[:, :, :end]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.index is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        index, self.index = self.index, None
+        self._keys = _joined(self._keys, index, key_states)
+        self._values = _joined(self._values, index, value_states)
+        return self._keys, self._values
+
+    def _gather(self) -> None:
+        if self.index is not None:
+            index, self.index = self.index, None
+            self._keys, self._values = self._keys[index], self._values[index]
+
+
+def _joined(cached: torch.Tensor, index: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """cached's rows at index, then new along the slots: torch.cat([cached[index], new], 2)
+    in one copy of the cache."""
+    held = cached.shape[2]
+    out = cached.new_empty((index.shape[0], cached.shape[1], held + new.shape[2], cached.shape[3]))
+    torch.index_select(cached, 0, index, out=out[:, :, :held])
+    out[:, :, held:] = new
+    return out
+
+
+def _cache() -> Cache:
+    return Cache(layer_class_to_replicate=RowsLayer)
 
 
 class SlotCache:
@@ -30,7 +98,7 @@ class SlotCache:
     in the order of the cache's first dimension."""
 
     def __init__(self, rows: int, slack: float | None = None):
-        self.cache = DynamicCache()
+        self.cache = _cache()
         self.rows = list(range(rows))
         self.valid = np.zeros((rows, 0), dtype=bool)  # on the host: building masks never syncs
         self.held = np.zeros(rows, dtype=np.int64)  # valid slots of each row held, in cache order
@@ -44,20 +112,20 @@ class SlotCache:
         its next token's position starts) + offsets (n,) or (len(rows), n)."""
         return torch.from_numpy(self.held[:, None] + offsets)
 
-    def view(self, rows: list[int]) -> tuple[DynamicCache, np.ndarray]:
+    def view(self, rows: list[int]) -> tuple[Cache, np.ndarray]:
         """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
         if rows == self.rows:
             return self.cache, self.valid
         index = self._index(rows)
         if not self.cache.layers:
-            return DynamicCache(), self.valid[index.numpy()]
-        sub = DynamicCache()
+            return _cache(), self.valid[index.numpy()]
+        sub = _cache()
         device_index = index.to(self.cache.layers[0].keys.device)
         for i, layer in enumerate(self.cache.layers):
             sub.update(layer.keys[device_index], layer.values[device_index], i)
         return sub, self.valid[index.numpy()]
 
-    def commit(self, rows: list[int], cache: DynamicCache, kept: np.ndarray) -> None:
+    def commit(self, rows: list[int], cache: Cache, kept: np.ndarray) -> None:
         """Record a call over `rows` that appended S slots to `cache` (from `view`); row r
         keeps the first kept[r] (len(rows),) of its new slots (every call's layout puts the
         rows it caches first)."""
@@ -101,44 +169,24 @@ class SlotCache:
         """Drop `row` from the cache: it has left the batch."""
         self.drop([row])
 
-    def remove(self, rows: list[int]) -> None:
-        """Drop `rows` from the cache by moving the last rows held into their places
-        (`swap_remove`): a copy of as many rows as leave, not of the whole cache. The order
-        of the rows held changes as `swap_remove` says."""
-        order = swap_remove(len(self.rows), [self.rows.index(r) for r in rows])
-        holes = [i for i, j in enumerate(order) if i != j]
-        if holes:
-            moved = [order[i] for i in holes]
-            # row by row (once in a row's life): a plain copy of one row costs a fraction of
-            # an indexed copy of several
-            for layer in self.cache.layers:
-                for hole, mover in zip(holes, moved):
-                    layer.keys[hole].copy_(layer.keys[mover])
-                    layer.values[hole].copy_(layer.values[mover])
-            self.valid[holes] = self.valid[moved]
-        end = len(order)
-        for layer in self.cache.layers:
-            layer.keys, layer.values = layer.keys[:end], layer.values[:end]
-        self.valid, self.rows, self.held = self.valid[:end], [self.rows[i] for i in order], self.held[order]
-        self._tidy()
-
     def drop(self, rows: list[int]) -> None:
-        """Drop `rows` from the cache: they have left the batch."""
-        keep = [r for r in self.rows if r not in rows]
-        if len(keep) == len(self.rows):
+        """Drop `rows` from the cache: they have left the batch. The rows that stay keep
+        their order; their keys and values are gathered by the next call (`RowsLayer`)."""
+        gone = set(rows)
+        stay = [i for i, r in enumerate(self.rows) if r not in gone]
+        if len(stay) == len(self.rows):
             return
-        index = self._index(keep)
         if self.cache.layers:
-            device_index = index.to(self.cache.layers[0].keys.device)
+            index = torch.tensor(stay, dtype=torch.long, device=self.cache.layers[0].device)
             for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[device_index], layer.values[device_index]
-        self.valid, self.rows, self.held = self.valid[index.numpy()], keep, self.held[index.numpy()]
+                layer.select(index)
+        self.valid, self.rows, self.held = self.valid[stay], [self.rows[i] for i in stay], self.held[stay]
         self._tidy()
 
     def _index(self, rows: list[int]) -> torch.Tensor:
         return torch.tensor([self.rows.index(r) for r in rows], dtype=torch.long)
 
-    def _merge(self, rows: list[int], sub: DynamicCache, s: int) -> None:
+    def _merge(self, rows: list[int], sub: Cache, s: int) -> None:
         """Write the S new slots of a call over some rows into the whole cache."""
         index = self._index(rows)
         if not self.cache.layers:  # the first call: the other rows' slots are padding
@@ -171,7 +219,7 @@ class SlotCache:
 
     def _slice(self, end: int) -> None:
         for layer in self.cache.layers:
-            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+            layer.trim(end)
         self.valid = self.valid[:, :end]
 
     def _compact(self) -> None:
@@ -185,15 +233,3 @@ class SlotCache:
             layer.values = layer.values.gather(
                 2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
         self.valid = np.arange(width)[None] < counts[:, None]
-
-
-def swap_remove(size: int, removed: list[int]) -> list[int]:
-    """The positions, in the old order, of the rows that stay when the rows at `removed` leave
-    a sequence of `size`: each hole below the new end takes the last staying row beyond it."""
-    gone = set(removed)
-    end = size - len(gone)
-    movers = [i for i in range(end, size) if i not in gone]
-    order = list(range(end))
-    for hole, mover in zip(sorted(i for i in gone if i < end), movers):
-        order[hole] = mover
-    return order

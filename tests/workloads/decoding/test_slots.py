@@ -3,9 +3,9 @@ row's valid slots in order, a row that leaves takes only its own slots."""
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
-from workloads.decoding.slots import SlotCache, swap_remove
+from workloads.decoding.slots import SlotCache
 
 
 def call(slots: SlotCache, rows: list[int], keys: torch.Tensor, kept: list[int]) -> None:
@@ -40,15 +40,20 @@ def test_one_row_is_always_exactly_its_prefix():
     slots = SlotCache(1)
     call(slots, [0], torch.tensor([[1, 2, 3, 4]]), [2])
     slots.crop(0, 1)
-    assert isinstance(slots.cache, DynamicCache) and slots.valid.shape[1] == 1 and seen(slots, 0) == [1]
+    assert isinstance(slots.cache, Cache) and slots.valid.shape[1] == 1 and seen(slots, 0) == [1]
 
 
-def test_rows_that_leave_take_the_last_rows_into_their_places():
-    assert swap_remove(6, [1, 4]) == [0, 5, 2, 3]
-    assert swap_remove(3, [2]) == [0, 1] and swap_remove(2, [0, 1]) == []
+def test_rows_that_leave_are_gathered_out_by_the_next_call():
     slots = SlotCache(4)
     call(slots, [0, 1, 2, 3], torch.tensor([[1, 2], [11, 12], [21, 22], [31, 32]]),
          [2, 1, 2, 2])
-    slots.remove([0, 2])
-    assert slots.rows == [3, 1] and [seen(slots, r) for r in (3, 1)] == [[31, 32], [11]]
-    assert slots.held.tolist() == [2, 1]
+    slots.drop([0, 2])
+    assert slots.rows == [1, 3] and slots.held.tolist() == [1, 2]
+    layer = slots.cache.layers[0]
+    assert layer.index is not None and layer._keys.shape[0] == 4  # nothing copied yet
+    call(slots, [1, 3], torch.tensor([[13], [33]]), [1, 1])  # the call gathers the rows that stay
+    assert layer.index is None and layer._keys.shape[0] == 2
+    assert [seen(slots, r) for r in (1, 3)] == [[11, 13], [31, 32, 33]]
+    slots.drop([1])
+    slots.drop([3])
+    assert slots.rows == [] and slots.valid.shape == (0, 0)
