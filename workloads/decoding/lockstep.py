@@ -188,8 +188,12 @@ class Rows:
                 is_eos &= np.arange(tokens.shape[1]) < take[:, None]
                 ended = is_eos.any(1)
                 take = np.where(ended, is_eos.argmax(1) + 1, take)  # nothing after the first EOS
-        rows, columns = np.nonzero(np.arange(tokens.shape[1]) < take[:, None])
-        self.out[live[rows], have[rows] + columns] = tokens[rows, columns]
+        width = tokens.shape[1]
+        if self.out.shape[1] < self.config.max_new_tokens + width:  # room for a row's whole W past its count
+            self.out = np.pad(self.out, ((0, 0), (0, self.config.max_new_tokens + width - self.out.shape[1])))
+        # every row's W tokens, one write: those past a row's count are never read (`output`)
+        # and the row's next tokens overwrite them
+        self.out[live[:, None], have[:, None] + np.arange(width)] = tokens
         count = have + take
         self.count[live] = count
         done = ended | (count >= self.config.max_new_tokens)
@@ -225,11 +229,12 @@ class Rows:
         left = self.live[done].tolist()
         for i in left:
             self.finished_s[i] = now
-        for network in {id(n): n for n in networks}.values():
-            network.slots.drop(left)
         stay = np.flatnonzero(~done)
+        index = torch.from_numpy(stay)
+        for network in {id(n): n for n in networks}.values():  # each cache holds the live rows, in order
+            network.slots.keep(stay, index)
         self.live = self.live[stay]
-        return torch.from_numpy(stay)
+        return index
 
     def output(self, i: int) -> Output:
         output = Output(self.tokenizer, self.config.max_new_tokens, self.config.stop)

@@ -170,17 +170,22 @@ class SlotCache:
         self.drop([row])
 
     def drop(self, rows: list[int]) -> None:
-        """Drop `rows` from the cache: they have left the batch. The rows that stay keep
-        their order; their keys and values are gathered by the next call (`RowsLayer`)."""
+        """Drop `rows` from the cache: they have left the batch."""
         gone = set(rows)
-        stay = [i for i, r in enumerate(self.rows) if r not in gone]
-        if len(stay) == len(self.rows):
-            return
+        stay = np.array([i for i, r in enumerate(self.rows) if r not in gone], dtype=np.int64)
+        if stay.size < len(self.rows):
+            self.keep(stay, torch.from_numpy(stay))
+
+    def keep(self, stay: np.ndarray, index: torch.Tensor) -> None:
+        """Keep the rows held at positions `stay` (also as `index`, on the host), in order:
+        the others have left the batch. Their keys and values are gathered by the next call
+        (`RowsLayer`)."""
         if self.cache.layers:
-            index = torch.tensor(stay, dtype=torch.long, device=self.cache.layers[0].device)
+            index = index.to(self.cache.layers[0].device)
             for layer in self.cache.layers:
                 layer.select(index)
-        self.valid, self.rows, self.held = self.valid[stay], [self.rows[i] for i in stay], self.held[stay]
+        self.valid, self.held = self.valid[stay], self.held[stay]
+        self.rows = [self.rows[i] for i in stay.tolist()]
         self._tidy()
 
     def _index(self, rows: list[int]) -> torch.Tensor:
