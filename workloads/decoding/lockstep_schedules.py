@@ -7,6 +7,7 @@ holding its verified prefix minus its last token).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from workloads.decoding.calls import Network, side_stream
@@ -33,9 +34,13 @@ def ar_rows(rows: Rows, verifier: Network, prompts: list[list[int]]) -> None:
 
 
 def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The prompts padded to the longest (L, P), and their lengths (L,)."""
-    return (torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in prompts], batch_first=True),
-            torch.tensor([len(p) for p in prompts]))
+    """The prompts padded to the longest (L, P) with 0, and their lengths (L,): one numpy
+    array filled at once (a tensor a prompt costs a dozen times more at batch 64)."""
+    lengths = np.fromiter(map(len, prompts), dtype=np.int64, count=len(prompts))
+    ids = np.zeros((len(prompts), int(lengths.max())), dtype=np.int64)
+    ids[np.arange(ids.shape[1]) < lengths[:, None]] = np.fromiter(
+        (t for p in prompts for t in p), dtype=np.int64, count=int(lengths.sum()))
+    return torch.from_numpy(ids), torch.from_numpy(lengths)
 
 
 def prefill(rows: Rows, verifier: Network, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
