@@ -112,24 +112,32 @@ def slot_logits(logits: torch.Tensor, settings: DraftSettings) -> torch.Tensor:
     return logits
 
 
-def proposals(logits: torch.Tensor, settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    """Proposals from the rows of drafting regions [anchor, m slots]: logits (..., m + 1, V)
-    -> q (..., m, V) after the drafter's sampling settings and the untempered float logits
-    (..., m, V) (`slot_logits`). V is the verifier's vocabulary; the mask token and
-    forbidden ids are never proposed."""
+def proposal_logits(logits: torch.Tensor, settings: DraftSettings) -> torch.Tensor:
+    """The untempered float logits (..., m, V) of the slots of drafting regions [anchor, m
+    slots], logits (..., m + 1, V) (`slot_logits`). V is the verifier's vocabulary; the
+    mask token and forbidden ids are never proposed."""
     logits = slot_logits(logits, settings)
     if settings.vocab is not None and logits.shape[-1] != settings.vocab:  # align with the verifier's ids
         logits = torch.nn.functional.pad(logits, (0, max(0, settings.vocab - logits.shape[-1])),
                                          value=float("-inf"))[..., : settings.vocab]
     if settings.forbidden:
         logits[..., [i for i in settings.forbidden if i < logits.shape[-1]]] = float("-inf")
+    return logits
+
+
+def proposals(logits: torch.Tensor, settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposals from the rows of drafting regions [anchor, m slots]: logits (..., m + 1, V)
+    -> q (..., m, V) after the drafter's sampling settings, and the untempered float logits
+    (..., m, V) (`proposal_logits`)."""
+    logits = proposal_logits(logits, settings)
     return distribution(logits, settings.temperature, settings.top_k, settings.top_p), logits
 
 
 def candidates(proposal: torch.Tensor, settings: DraftSettings,
                noise: Callable[[], torch.Tensor]) -> torch.Tensor:
     """A candidate per slot drawn from its proposal (..., m, V): at a point-mass setting the
-    argmax, drawing nothing; else with Exp(1) `noise()` (..., m, V)."""
+    argmax, drawing nothing (`proposal` may then be the untempered logits: the proposal is
+    one-hot at their argmax); else with Exp(1) `noise()` (..., m, V)."""
     if point_mass(settings.temperature, settings.top_k):  # one-hot proposals: the draw is their argmax
         return proposal.argmax(-1)
     return draw(proposal, noise())

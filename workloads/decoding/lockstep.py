@@ -242,12 +242,12 @@ class Rows:
         return output
 
 
-def staying(stay: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Per-row tensors (L, ...) at the rows that stay (`Rows.leave`'s index; None: all of
-    them, untouched: most iterations no row leaves)."""
+def staying(stay: torch.Tensor | None, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """Per-row tensors (L, ...) (or None) at the rows that stay (`Rows.leave`'s index; None:
+    all of them, untouched: most iterations no row leaves)."""
     if stay is None:
         return tensors
-    return tuple(t[stay.to(t.device)] for t in tensors)
+    return tuple(None if t is None else t[stay.to(t.device)] for t in tensors)
 
 
 _LAYOUTS: dict[tuple, Layout] = {}

@@ -9,7 +9,14 @@ import numpy as np
 import torch
 
 from workloads.decoding.acceptance import draw
-from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores, slot_logits
+from workloads.decoding.drafting import (
+    DraftSettings,
+    candidates,
+    commit_mask,
+    proposal_logits,
+    scores,
+    slot_logits,
+)
 from workloads.decoding.lockstep import Layout, Rows, staying
 from workloads.decoding.sampling import distribution, point_mass
 
@@ -96,23 +103,24 @@ class ChainRows(FeatureRows):
         """dflash.chain_draft over every live row, row i's chain widths[i] slots long: a
         candidate c after the token t chosen before it scores logit(c) + ⟨pred(t) ⊙ W h,
         succ(c)⟩, drawn from q = softmax(s / T) over the slot's candidates (argmax at a
-        point-mass setting). Returns (tokens (L, W), q (L, W, V))."""
+        point-mass setting). Returns (tokens (L, W), q (L, W, V); None at a point-mass
+        setting: one-hot at the draft, as `drawn_rows`)."""
         selector = self.network.model.candidate_selector
         canvas = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
+        point = point_mass(settings.temperature, settings.top_k)
         if width == 0:
-            return canvas, torch.zeros(last.shape[0], 0, 1)
+            return canvas, None
         logits = slot_logits(self.block(rows, last, canvas, widths, widths > 0, settings.mask_token_id),
                              settings)  # (L, W, V), the mask token excluded
         unary, candidates = logits.topk(selector.top_k, dim=-1)  # (L, W, k)
         states = selector.hidden_projection(self.hidden[:, 1:].to(selector.hidden_projection.weight.dtype))
         successors = selector.successor_codebook(candidates)  # (L, W, k, r)
-        before, q, tokens = last.to(logits.device), torch.zeros_like(logits), []
+        before, q, tokens = last.to(logits.device), None if point else torch.zeros_like(logits), []
         for i in range(width):  # slot by slot: each draws after the token chosen before it
             scores = unary[:, i] + (successors[:, i] @ (selector.predecessor_codebook(before)
                                                         * states[:, i]).float()[..., None])[..., 0]
-            if point_mass(settings.temperature, settings.top_k):
+            if point:
                 chosen = scores.argmax(-1)
-                q[:, i].scatter_(1, candidates[:, i].gather(1, chosen[:, None]), 1.0)
             else:
                 weights = distribution(scores, settings.temperature)
                 drawing = (widths > i).long()  # a row draws only for its own slots
@@ -128,7 +136,8 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
     """diffusion_draft over every live row: row i drafts widths[i] tokens after its verified
     prefix ending in last[i] (K steps or τ, each a call of `drafter`, IdRows or FeatureRows).
     Every call runs over every live row; a row whose canvas is full rides along, drawing and
-    counting nothing. Returns (tokens (L, W), q (L, W, V)), W = `width`."""
+    counting nothing. Returns (tokens (L, W), q (L, W, V), or None: one-hot at the draft,
+    `drawn_rows`), W = `width`."""
     tokens = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
     masked = torch.arange(width) < widths[:, None]
     q, step = None, 0
@@ -139,10 +148,8 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
             return torch.where(a, widths, 0)
 
         logits = drafter.block(rows, last, tokens, widths, active, settings.mask_token_id)
-        proposal, untempered = proposals(logits, settings)
-        device, vocab = proposal.device, proposal.shape[-1]
-        drawn = candidates(proposal, settings,
-                           lambda c=counts, v=vocab, d=device: rows.exponential(c(), width, v, d)).cpu()
+        drawn, proposal, untempered = drawn_rows(rows, logits, settings, counts, width)
+        device = untempered.device
         if settings.steps is not None and settings.steps - step == 1:
             chosen = masked.clone()
         else:
@@ -151,10 +158,26 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
                               lambda c=counts, d=device: rows.uniform(c(), width, d))
             chosen = commit_mask(settings, masked.to(device), priority, probs.amax(-1), step).cpu()
         tokens = torch.where(chosen, drawn, tokens)
-        q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
+        if proposal is not None:
+            q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
         masked &= ~chosen
         step += 1
-    return tokens, q if q is not None else torch.zeros(last.shape[0], width, 1)
+    return tokens, q
+
+
+def drawn_rows(rows: Rows, logits: torch.Tensor, settings: DraftSettings, counts, width: int
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Each live row's candidates (L, W), on the host, from its drafting regions' logits
+    (L, W + 1, V), with their proposals q (L, W, V) and untempered logits (L, W, V)
+    (drafting.proposal_logits). At a point-mass setting q is None: one-hot at the draft,
+    built only by an acceptance rule that reads it (verifying.accept). Else each row draws
+    its first counts()[i] slots' noise from its own generator."""
+    untempered = proposal_logits(logits, settings)
+    if point_mass(settings.temperature, settings.top_k):
+        return candidates(untempered, settings, None).cpu(), None, untempered
+    proposal = distribution(untempered, settings.temperature, settings.top_k, settings.top_p)
+    noise = rows.exponential(counts(), width, proposal.shape[-1], proposal.device)
+    return candidates(proposal, settings, lambda: noise).cpu(), proposal, untempered
 
 
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,

@@ -96,12 +96,12 @@ def speculative_rows(rows: Rows, drafter: Drafting, verifier: Network, prompts: 
             tokens, q, have = _shifted(*staying(stay, fresh, fresh_q), accepted + 1)
 
 
-def _shifted(tokens: torch.Tensor, q: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Each row's draft (L, W) and q (L, W, V) without its first keep[i] slots, left-aligned,
-    and how many slots remain (L,)."""
+def _shifted(tokens: torch.Tensor, q: torch.Tensor | None, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each row's draft (L, W) and q (L, W, V) (None: one-hot at the draft, still) without
+    its first keep[i] slots, left-aligned, and how many slots remain (L,)."""
     width = tokens.shape[1]
     index = (keep[:, None] + torch.arange(width)).clamp(max=max(width - 1, 0))
-    moved_q = q.gather(1, index.to(q.device)[..., None].expand(-1, -1, q.shape[-1]))
+    moved_q = None if q is None else q.gather(1, index.to(q.device)[..., None].expand(-1, -1, q.shape[-1]))
     return tokens.gather(1, index), moved_q, (width - keep).clamp(min=0)
 
 

@@ -25,7 +25,7 @@ def verify_forward_rows(rows: Rows, verifier: Network, last: torch.Tensor, token
 
 
 def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, tokens: torch.Tensor,
-                       q: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                       q: torch.Tensor | None, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The acceptance rule on the logits (L, W' + 1, V) of a verifier call that left what
     each row keeps unrecorded (`verify_forward_rows`, or a self-speculative call whose
     verify rows come first): each row keeps its last token and accepted drafts in the
@@ -38,7 +38,8 @@ def verify_finish_rows(rows: Rows, verifier: Network, logits: torch.Tensor, toke
         return rows.uniform(widths, width, p.device), rows.exponential(widths + 1, width + 1, p.shape[-1],
                                                                        p.device)
 
-    accepted, token = accept(rows.config, logits, q[:, :width].to(logits.device), drafted, lengths, draws)
+    q = None if q is None else q[:, :width].to(logits.device)
+    accepted, token = accept(rows.config, logits, q, drafted, lengths, draws)
     accepted, token = accepted.cpu(), token.cpu()
     verifier.slots.keep_first((accepted + 1).numpy())
     rows.verified(widths, accepted)

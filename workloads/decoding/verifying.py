@@ -27,19 +27,21 @@ def verify_forward(verifier: CachedModel, last: int, draft: Draft) -> torch.Tens
     return verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
 
 
-def accept(config: DecodeConfig, logits: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor,
+def accept(config: DecodeConfig, logits: torch.Tensor, q: torch.Tensor | None, drafted: torch.Tensor,
            lengths: torch.Tensor, draws: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """`config`'s acceptance rule over R rows: verifier logits (R, B + 1, V) over [last,
-    draft], proposals q (R, B, V), drafted ids (R, B), row r's draft its first lengths[r].
-    At a point-mass lossless setting the greedy rule, drawing nothing
-    (acceptance.verify_greedy_rows); else acceptance.verify_rows on the verifier's sampling
-    distribution p, with (uniforms (R, B), noise like p) = draws(p). Returns (accepted (R,),
-    token (R,))."""
+    draft], proposals q (R, B, V) (None: a point-mass drafter's, one-hot at each draft),
+    drafted ids (R, B), row r's draft its first lengths[r]. At a point-mass lossless
+    setting the greedy rule, drawing nothing (acceptance.verify_greedy_rows); else
+    acceptance.verify_rows on the verifier's sampling distribution p, with (uniforms (R, B),
+    noise like p) = draws(p). Returns (accepted (R,), token (R,))."""
     c = config
     if point_mass(c.temperature, c.top_k) and c.rule == "lossless":
         return verify_greedy_rows(logits, drafted, lengths)
     p = distribution(logits, c.temperature, c.top_k, c.top_p)
+    if q is None:
+        q = torch.nn.functional.one_hot(drafted, p.shape[-1]).float()
     uniforms, noise = draws(p)
     return verify_rows(c.rule, p, q, drafted, lengths, uniforms, noise, c.leniency)
 

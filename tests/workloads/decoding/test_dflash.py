@@ -162,12 +162,15 @@ def test_an_absent_dflash_checkpoint_is_the_usual_offline_line():
 
 @pytest.mark.parametrize("schedule", ["linear", "packed"])
 def test_dflash2_chains_in_lockstep_decode_as_the_row_loop(tiny_dflash2, monkeypatch, schedule):
-    """Greedy and sampled, a batch of DFlash 2 rows draws each row's chain as that row alone."""
+    """Greedy, sampled and with greedy chains under a sampled verifier, a batch of DFlash 2 rows
+    draws each row's chain as that row alone."""
     from tests.workloads.decoding.test_lockstep import measured, row_loops
 
     prompts = ["1+1=", "23+4=", "7*8=", "100-1=", "5+5="]
     for config in (DecodeConfig(schedule=schedule, block=8, max_new_tokens=20),
-                   DecodeConfig(schedule=schedule, block=8, max_new_tokens=20, temperature=1.0, top_k=5)):
+                   DecodeConfig(schedule=schedule, block=8, max_new_tokens=20, temperature=1.0, top_k=5),
+                   DecodeConfig(schedule=schedule, block=8, max_new_tokens=20, temperature=1.0,
+                                draft_temperature=0.0)):
         together = decode_batch(tiny_dflash2, prompts, config, seeds=list(range(5))).results
         with monkeypatch.context() as patch:
             row_loops(patch, tiny_dflash2.kind)

@@ -51,6 +51,7 @@ TWO_MODEL_DRAFTS = {
     "K1": dict(steps=1),
     "K2-ltr": dict(steps=2, unmask="ltr"),
     "tau-ltr": dict(threshold=0.7, unmask="ltr"),
+    "K1-greedy-drafts": dict(steps=1, draft_temperature=0.0),  # q one-hot at each draft, built by the rule
 }
 
 

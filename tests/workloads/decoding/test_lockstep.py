@@ -34,6 +34,10 @@ CONFIGS = {
     "packed": dict(schedule="packed"),
     "packed B8 K2 sampled": dict(schedule="packed", block=8, steps=2, temperature=1.0),
     "packed lenient": dict(schedule="packed", temperature=1.0, rule="linear", leniency=0.5),
+    # point-mass drafts (q one-hot at each draft, built by the rule that reads it) under a
+    # sampled verifier and under a lenient rule at a greedy one
+    "packed greedy drafts": dict(schedule="packed", temperature=1.0, draft_temperature=0.0),
+    "linear lenient greedy": dict(rule="linear", leniency=0.5),
     "quadratic": dict(schedule="quadratic"),
     "quadratic B8 cactus": dict(schedule="quadratic", block=8, temperature=1.0, rule="cactus", leniency=0.3),
     "diffusion K2": dict(schedule="diffusion", steps=2),
