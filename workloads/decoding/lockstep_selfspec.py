@@ -8,9 +8,9 @@ import numpy as np
 import torch
 
 from workloads.decoding.calls import Network
-from workloads.decoding.drafting import DraftSettings, candidates, proposals
+from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.lockstep import Layout, Rows, staying
-from workloads.decoding.lockstep_drafting import ModelRows
+from workloads.decoding.lockstep_drafting import ModelRows, drawn_rows
 from workloads.decoding.lockstep_schedules import padded, prefill
 from workloads.decoding.lockstep_verifying import verify_finish_rows
 from workloads.decoding.masks import packed as packed_layout
@@ -64,13 +64,12 @@ def one_call_rows(rows: Rows, model: Network, prompts: list[list[int]], settings
 def _self_proposals(rows: Rows, logits: torch.Tensor, start: torch.Tensor, counts: torch.Tensor,
                     width: int, settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's proposals from its region [anchor, counts[i] slots] at column start[i] of
-    logits (L, Q, V), drawn from its generator: (tokens (L, W), q (L, W, V))."""
+    logits (L, Q, V), drawn from its generator: (tokens (L, W), q (L, W, V) or None: one-hot
+    at the draft, lockstep_drafting.drawn_rows)."""
     index = (start[:, None] + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1).to(logits.device)
     region = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
-    proposal, _ = proposals(region, settings)
-    drawn = candidates(proposal, settings,
-                       lambda: rows.exponential(counts, width, proposal.shape[-1], proposal.device))
-    return drawn.cpu(), proposal
+    drawn, proposal, _ = drawn_rows(rows, region, settings, lambda: counts, width)
+    return drawn, proposal
 
 
 def _self_start(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,

@@ -107,9 +107,10 @@ class SlotCache:
     def length(self, row: int) -> int:
         return int(self.held[self.rows.index(row)])
 
-    def positions(self, offsets: np.ndarray) -> torch.Tensor:
+    def positions(self, offsets: np.ndarray | int) -> torch.Tensor:
         """(len(rows), n) positions of n new rows of each row held: its valid slots (where
-        its next token's position starts) + offsets (n,) or (len(rows), n)."""
+        its next token's position starts) + offsets (n,) or (len(rows), n), or an int for
+        one new row each."""
         return torch.from_numpy(self.held[:, None] + offsets)
 
     def view(self, rows: list[int]) -> tuple[Cache, np.ndarray]:

@@ -72,6 +72,7 @@ SELF_CONFIGS = {
     "linear-tau-ltr": dict(schedule="linear", threshold=0.7, unmask="ltr"),
     "packed": dict(schedule="packed"),
     "quadratic": dict(schedule="quadratic"),
+    "packed-greedy-drafts": dict(schedule="packed", draft_temperature=0.0),
 }
 
 
