@@ -5,6 +5,8 @@ counting nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -165,8 +167,8 @@ def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.
     return tokens, q
 
 
-def drawn_rows(rows: Rows, logits: torch.Tensor, settings: DraftSettings, counts, width: int
-               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def drawn_rows(rows: Rows, logits: torch.Tensor, settings: DraftSettings, counts: Callable[[], torch.Tensor],
+               width: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Each live row's candidates (L, W), on the host, from its drafting regions' logits
     (L, W + 1, V), with their proposals q (L, W, V) and untempered logits (L, W, V)
     (drafting.proposal_logits). At a point-mass setting q is None: one-hot at the draft,
