@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 RULES = ("lossless", "linear", "cactus", "match")
@@ -162,9 +163,12 @@ def verify_greedy_rows(logits: torch.Tensor, drafted: torch.Tensor, lengths: tor
     """`lossless` at verifier temperature 0, without sampling machinery: p_i is one-hot at
     argmax, so y_i is accepted iff it is the argmax, and the recovered or bonus token is the
     argmax of the first row not accepted. logits (R, B + 1, V), drafted
-    (R, B), lengths (R,) -> (accepted (R,), token (R,))."""
-    best = logits.argmax(-1)  # (R, B + 1)
+    (R, B), lengths (R,) -> (accepted (R,), token (R,)), on the host: past the argmax the
+    rule is a few small-array steps, cheaper in numpy than as tensor ops (the caller reads
+    both at once anyway)."""
+    best = logits.argmax(-1).cpu().numpy()  # (R, B + 1)
+    drafted, lengths = drafted.cpu().numpy(), lengths.cpu().numpy()
     width = drafted.shape[1]
-    ok = (best[:, :width] == drafted) & (torch.arange(width, device=drafted.device) < lengths[:, None])
-    accepted = ok.long().cumprod(1).sum(1)
-    return accepted, best.gather(1, accepted[:, None]).squeeze(1)
+    ok = (best[:, :width] == drafted) & (np.arange(width) < lengths[:, None])
+    accepted = np.logical_and.accumulate(ok, 1).sum(1)
+    return torch.from_numpy(accepted), torch.from_numpy(best[np.arange(best.shape[0]), accepted])
