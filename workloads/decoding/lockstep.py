@@ -101,7 +101,8 @@ class Rows:
         size = len(generators)
         self.config, self.tokenizer, self.generators, self.device = config, tokenizer, generators, device
         self.live = np.arange(size)
-        self.out = np.zeros((size, config.max_new_tokens), dtype=np.int64)
+        # room past max_new_tokens for a row's whole emit (`emit`): a draft and its bonus
+        self.out = np.zeros((size, config.max_new_tokens + config.block + 1), dtype=np.int64)
         self.count = np.zeros(size, dtype=np.int64)
         self.steps = RowSteps(size)
         self.stop_reason: list[str | None] = [None] * size

@@ -7,6 +7,8 @@ holding its verified prefix minus its last token).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -39,7 +41,7 @@ def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = np.fromiter(map(len, prompts), dtype=np.int64, count=len(prompts))
     ids = np.zeros((len(prompts), int(lengths.max())), dtype=np.int64)
     ids[np.arange(ids.shape[1]) < lengths[:, None]] = np.fromiter(
-        (t for p in prompts for t in p), dtype=np.int64, count=int(lengths.sum()))
+        itertools.chain.from_iterable(prompts), dtype=np.int64, count=int(lengths.sum()))
     return torch.from_numpy(ids), torch.from_numpy(lengths)
 
 
