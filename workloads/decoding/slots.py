@@ -36,23 +36,13 @@ class RowsLayer(DynamicLayer):
         self.index: torch.Tensor | None = None  # the rows to gather, pending
         super().__init__()
 
-    @property
-    def keys(self) -> torch.Tensor:
+    keys = property(lambda self: self._held("_keys"), lambda self, value: setattr(self, "_keys", value))
+    values = property(lambda self: self._held("_values"), lambda self, value: setattr(self, "_values", value))
+
+    def _held(self, name: str) -> torch.Tensor:
+        """Keys or values with any pending selection applied."""
         self._gather()
-        return self._keys
-
-    @keys.setter
-    def keys(self, value: torch.Tensor) -> None:
-        self._keys = value
-
-    @property
-    def values(self) -> torch.Tensor:
-        self._gather()
-        return self._values
-
-    @values.setter
-    def values(self, value: torch.Tensor) -> None:
-        self._values = value
+        return getattr(self, name)
 
     def get_seq_length(self) -> int:
         return self._keys.shape[-2] if self.is_initialized and self._keys.numel() else 0
