@@ -101,7 +101,8 @@ class Rows:
         size = len(generators)
         self.config, self.tokenizer, self.generators, self.device = config, tokenizer, generators, device
         self.live = np.arange(size)
-        # room past max_new_tokens for a row's whole emit (`emit`): a draft and its bonus
+        # room past max_new_tokens for a row's whole emit (`emit`): a draft of at most a
+        # block and its bonus
         self.out = np.zeros((size, config.max_new_tokens + config.block + 1), dtype=np.int64)
         self.count = np.zeros(size, dtype=np.int64)
         self.steps = RowSteps(size)
@@ -189,12 +190,10 @@ class Rows:
                 is_eos &= np.arange(tokens.shape[1]) < take[:, None]
                 ended = is_eos.any(1)
                 take = np.where(ended, is_eos.argmax(1) + 1, take)  # nothing after the first EOS
-        width = tokens.shape[1]
-        if self.out.shape[1] < self.config.max_new_tokens + width:  # room for a row's whole W past its count
-            self.out = np.pad(self.out, ((0, 0), (0, self.config.max_new_tokens + width - self.out.shape[1])))
-        # every row's W tokens, one write: those past a row's count are never read (`output`)
-        # and the row's next tokens overwrite them
-        self.out[live[:, None], have[:, None] + np.arange(width)] = tokens
+        # every row's W tokens (W ≤ block + 1, the room `out` has past max_new_tokens), one
+        # write: those past a row's count are never read (`output`) and its next tokens
+        # overwrite them
+        self.out[live[:, None], have[:, None] + np.arange(tokens.shape[1])] = tokens
         count = have + take
         self.count[live] = count
         done = ended | (count >= self.config.max_new_tokens)

@@ -178,8 +178,9 @@ def drawn_rows(rows: Rows, logits: torch.Tensor, settings: DraftSettings, counts
     if point_mass(settings.temperature, settings.top_k):
         return candidates(untempered, settings, None).cpu(), None, untempered
     proposal = distribution(untempered, settings.temperature, settings.top_k, settings.top_p)
-    noise = rows.exponential(counts(), width, proposal.shape[-1], proposal.device)
-    return candidates(proposal, settings, lambda: noise).cpu(), proposal, untempered
+    drawn = candidates(proposal, settings,
+                       lambda: rows.exponential(counts(), width, proposal.shape[-1], proposal.device))
+    return drawn.cpu(), proposal, untempered
 
 
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,
