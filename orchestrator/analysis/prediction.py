@@ -84,8 +84,8 @@ def drafting(kind, config: dict, metrics: dict) -> tuple[int, float, float] | No
     """(W, p, ᾱ) of a configuration specsweep measured on a pair of `kind` (decoding.kinds):
     W its draft width, p its drafter passes an iteration (K a block; under τ as many as it
     took, from the forward passes counted), ᾱ its mean_accept_len. None where it drafts
-    nothing or was not counted."""
-    if config["schedule"] == "ar" or not metrics.get("tokens_per_nfe"):
+    nothing, was not counted, or was measured in vLLM itself (it needs no prediction)."""
+    if config.get("engine") == "vllm" or config["schedule"] == "ar" or not metrics.get("tokens_per_nfe"):
         return None
     alpha = metrics.get("mean_accept_len", 0.0)
     passes = config["steps"] if config.get("threshold") is None else drafter_passes(

@@ -93,6 +93,24 @@ def sweep_cost(study) -> dict[str, float]:
             "stopped_prompt_decodes": float(sum(t.user_attrs.get(STOPPED, 0) for t in trials))}
 
 
+def failures(study) -> list:
+    """The trials that failed with an error of their own (not interrupted), in trial order."""
+    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+            if "error" in t.user_attrs and not t.user_attrs.get("interrupted")]
+
+
+def all_failed(study) -> str | None:
+    """When no trial finished and one failed: `every trial failed (N); the first (trial i):
+    <its error>`; else None."""
+    S = optuna.trial.TrialState
+    ended = study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.FAIL))
+    failed = failures(study)
+    if not failed or any(t.state != S.FAIL for t in ended):
+        return None
+    return (f"every trial failed ({len(failed)}); the first (trial {failed[0].number}): "
+            f"{failed[0].user_attrs['error']}")
+
+
 def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) -> list[str]:
     """`specsweep status`: trial counts by state, baselines, frontier size and hypervolume,
     timing drift, worker hardware, where the MLflow runs are."""
@@ -127,6 +145,9 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
         lines.append(f"hypervolume{at}: {value:.6g} (reference: {where})")
     if not front:
         lines.append(f"frontier: 0 trials on {', '.join(spec.objectives)}")
+    failed = failures(study)
+    if failed:
+        lines.append(f"first failure (trial {failed[0].number}): {failed[0].user_attrs['error']}")
     report = timing_report(study)
     lines += describe(report)
     lines += ["hardware: " + ", ".join(f"{k} {v}" for k, v in kind.items()) for kind in report["hardware"]]

@@ -26,9 +26,24 @@ from workloads.serving.sglang_flags import check
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
+class ExportError(ValueError):
+    """An export whose vLLM setting is malformed (edited by hand): bad input, not unservable."""
+
+
+def read_export(path: Path) -> dict:
+    """An export's mapping, read with the spec files' safe, bounded loader (one-line errors)."""
+    from orchestrator.sweep.specfile import read_document
+
+    document = read_document(path, "export")
+    if not isinstance(document, dict):
+        raise ExportError(f"export: {path} must hold a mapping (pair, config, serving, ...)")
+    return document
+
+
 def serving_config(document: dict) -> ServingConfig:
     """The load an export's vLLM setting serves: its method and drafts, the measured length,
-    sampling and stop strings; ServingError naming why it cannot be verified."""
+    sampling and stop strings; ServingError naming why it cannot be verified, ExportError
+    naming the field of a setting that is there but malformed."""
     serving = document.get("serving") or {}
     speculative = serving.get("vllm", {}).get("speculative_config")
     if not speculative:
@@ -39,9 +54,12 @@ def serving_config(document: dict) -> ServingConfig:
     if config.get("temperature", 0) != 0:
         raise ServingError(f"verify: measured at temperature {config['temperature']}; vLLM is checked on "
                            "greedy tokens (temperature 0)")
-    return ServingConfig(method=speculative["method"], max_new_tokens=config["max_new_tokens"],
-                         num_speculative_tokens=speculative["num_speculative_tokens"],
-                         stop=tuple(config.get("stop") or ()))
+    try:
+        return ServingConfig(method=speculative.get("method"), max_new_tokens=config["max_new_tokens"],
+                             num_speculative_tokens=speculative.get("num_speculative_tokens"),
+                             stop=tuple(config.get("stop") or ()))
+    except (ServingError, AttributeError, TypeError) as err:
+        raise ExportError(f"export: serving.vllm.speculative_config: {err}") from None
 
 
 def _by_load(decoded: list[Decoded], records: list[dict]) -> tuple[list[Decoded], list[str]]:
@@ -132,12 +150,14 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
 
     client, passed = MlflowClient(uri), True
     for path in (p for p in written if p.name.startswith("trial")):
-        document = yaml.safe_load(path.read_text())
+        document = read_export(path)
         try:
             serving_config(document)
         except ServingError as err:
             say(f"{path.name}: not verified: {str(err).removeprefix('verify: ')}")
             continue
+        except ExportError as err:
+            raise ExportError(f"export: {path}: {str(err).removeprefix('export: ')}") from None
         records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
         result = verify(document, first_records(records, n, per_load(document["config"])))
         document["serving"]["vllm"]["verified"] = result.summary()
@@ -145,7 +165,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
         say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])
                                 if result.passed else "\n  ".join(result.lines())))
         passed &= result.passed
-    table = yaml.safe_load((out / "by_batch_size.yaml").read_text())
+    table = read_export(out / "by_batch_size.yaml")
     if "vllm" in table:
         first = next(iter(table["by_batch_size"].values()))
         records = logged_records(client, first["provenance"]["mlflow_run_id"]) or []
@@ -159,7 +179,7 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
     the file (`serving.sglang_checked`). One line each; whether SGLang read every one as meant."""
     from orchestrator.files import write_atomic
 
-    documents = {p: yaml.safe_load(p.read_text()) for p in written if p.name.startswith("trial")}
+    documents = {p: read_export(p) for p in written if p.name.startswith("trial")}
     servable = {p: d for p, d in documents.items() if "sglang" in (d.get("serving") or {})}
     for path, document in documents.items():
         if path not in servable:

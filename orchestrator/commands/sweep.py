@@ -77,6 +77,7 @@ def run(
     """Run a sweep: baselines, then trials on Ray workers, tracked in MLflow."""
     from rich.console import Console
 
+    from orchestrator.analysis.summary import all_failed
     from orchestrator.sweep.driver import Driver
     from orchestrator.sweep.specfile import load_spec
 
@@ -97,6 +98,10 @@ def run(
         )
         raise typer.Exit(130) from None
     _report(console, spec, driver, study, time.time() - start)
+    failed = all_failed(study)
+    if failed:
+        console.print(f"error: {failed}", markup=False, highlight=False)
+        raise typer.Exit(1)
 
 
 def _progress_bar(console, spec):
@@ -234,8 +239,8 @@ def export(
     otherwise than measured; with --check-sglang, when SGLang's parser reads its flags
     otherwise than meant."""
     from orchestrator.analysis.export import check_out, export_configs, parse_floors, parse_where
-    from orchestrator.analysis.summary import frontier_rows
-    from orchestrator.sweep.study import load_sweep
+    from orchestrator.analysis.summary import all_failed, frontier_rows
+    from orchestrator.sweep.study import SweepError, load_sweep
     from orchestrator.sweep.tracking import trial_run_ids
 
     levels = parse_floors(floors)
@@ -257,6 +262,10 @@ def export(
     check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))
+    if not rows:
+        failed = all_failed(study)
+        raise SweepError(f"sweep {name!r} has no frontier config to export: "
+                         + (failed or "no trial has finished") + f" (specsweep status {name})")
     paths = export_configs(spec, study, rows, out, where, pick, levels)
     for p in paths:
         typer.echo(str(p))

@@ -48,6 +48,7 @@ from orchestrator.sweep.tracking import check_reachable, default_uri
 from orchestrator.sweep.workers import serving
 from workloads.decoding.config import ConfigError
 from workloads.models.pair import PairError
+from workloads.serving.vllm import vllm_python
 from workloads.tasks import Example, get_task
 
 
@@ -92,6 +93,8 @@ class Driver:
         """Load the task and format its prompts, then set up the sweep state; any error in
         the first part leaves nothing behind. `run` calls it when the caller has not."""
         check_runnable(self.spec, local=not self.ray_address)
+        if "vllm" in self.spec.dimension_values().get("engine", []):
+            vllm_python()  # a serving engine that is not set up fails here, not in every trial
         t = self.spec.task
         task = get_task(t.name, t.data)
         self.examples = decoding_order(self.spec, task.examples(n=t.limit, seed=t.seed))
@@ -138,8 +141,10 @@ class Driver:
             raise
         except BaseException as err:
             # bad input found only once Ray ran (a pair that cannot load, a prompt a baseline
-            # cannot decode) leaves a new sweep unstarted; other failures keep it for --resume
-            if starting and self.new and isinstance(err, (PairError, ConfigError, BaselineFailed)):
+            # cannot decode), or a Ray that did not come up, leaves a new sweep unstarted;
+            # other failures keep it for --resume
+            if starting and self.new and isinstance(err, (PairError, ConfigError, BaselineFailed,
+                                                          raycluster.ClusterError)):
                 self._discard()
             else:
                 self._interrupt("FAILED")
@@ -156,6 +161,7 @@ class Driver:
     def _start(self) -> None:
         """Ray, the workers and (while they load their models) the MLflow parent run."""
         raycluster.start(self.spec.cluster, self.ray_address)
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init put its own in (it exits at once)
         serves = serving([p.name for p in self.spec.pairs], raycluster.slot_count(self.spec.cluster),
                          self.spec.cluster.placement)
         self.executor = Executor(self.spec, serves, self.examples, self.prompts, self.dir / "shards")

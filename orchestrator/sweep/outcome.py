@@ -38,6 +38,7 @@ def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int) -> tupl
     metrics["control_decodes"] = len(controls)
     if any("engine_start_s" in out for out in results):  # serving engines started for this trial
         metrics["engine_start_s"] = sum(out.get("engine_start_s", 0.0) for out in results)
+        metrics["engine_restarts"] = sum(out.get("engine_restarts", 0) for out in results)
     metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in results)
     control = None
     if controls:

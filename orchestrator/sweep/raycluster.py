@@ -34,16 +34,23 @@ def start(cluster, address: str | None) -> None:
     driver's tasks) and the spec's custom slot resource."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except Exception as err:  # noqa: BLE001 (Ray raises bare Exception, ConnectionError, ...)
+            raise ClusterError(f"cluster: cannot join the Ray cluster at {address}: {cause(err)}") from None
         return
     slots = 1 if cluster.slots == "auto" else cluster.slots
     resources = {} if cluster.resource in ("cpu", "gpu") else {cluster.resource: slots}
     try:
         ray.init(num_cpus=slots + 1, resources=resources, include_dashboard=False,
                  _temp_dir=str(temp_dir()), log_to_driver=False, configure_logging=False)
-    except BaseException:
+    except BaseException as err:
         if not ray.is_initialized():
             reap_session(temp_dir())
+        if isinstance(err, Exception):  # Ray's start-up timeout is a bare Exception
+            raise ClusterError(f"cluster: the local Ray head did not start ({cause(err)}); a loaded "
+                               "machine or another sweep starting Ray at the same moment can cause this: "
+                               "run the sweep again") from None
         raise
 
 

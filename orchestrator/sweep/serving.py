@@ -15,21 +15,29 @@ record, so they sum over a trial as specsweep's do.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 
 from workloads.models.pair import refs
-from workloads.serving.config import ServingConfig
+from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.load import serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
+log = logging.getLogger(__name__)
+
 
 class Engines:
-    """The vLLM servers of one worker, by (pair, whether it speculates)."""
+    """The vLLM servers of one worker, by (pair, whether it speculates), supervised: a server is
+    health-checked before each load it serves and started again when it has died (`restarts`
+    counts them); a server that cannot start is not kept, and the reason it gave is raised
+    again, at once, for every later request of the same settings (a retry of the shard)."""
 
     def __init__(self, pair_specs: dict[str, str | dict]):
         self.pair_specs = pair_specs
         self.servers: dict[tuple[str, bool], VllmServer] = {}
+        self.unservable: dict[EngineSettings, ServingError] = {}  # settings -> why they did not start
+        self.restarts = 0  # servers found dead and started again
         self.last: VllmServer | None = None  # the server that served last
 
     def _turn_to(self, server: VllmServer) -> None:
@@ -41,19 +49,37 @@ class Engines:
         self._turn_to(server)
         return serve(server, prompts, config)
 
+    def _start(self, settings: EngineSettings) -> VllmServer:
+        if settings in self.unservable:
+            raise self.unservable[settings]
+        server = VllmServer(settings)
+        try:
+            server.start()
+        except ServingError as err:
+            server.stop()
+            self.unservable[settings] = err
+            raise
+        return server
+
     def server(self, pair: str, config: ServingConfig, warm_up: list[int]) -> tuple[VllmServer, float]:
         """The running server for `config` on `pair`, and the seconds spent starting it now
-        (0 when it was already running with these settings)."""
+        (0 when it was already running with these settings and answers its health check)."""
         settings = EngineSettings.of(refs(self.pair_specs[pair]), config)
         slot = (pair, settings.speculative is not None)
         server = self.servers.get(slot)
+        if server is not None and server.settings == settings and not server.alive():
+            log.warning("vLLM server %s (%s) died; starting it again (log: %s)", server.url,
+                        "speculative" if slot[1] else "control", server.log)
+            self.restarts += 1
+        if server is not None and (server.settings != settings or not server.alive()):
+            server.stop()
+            del self.servers[slot]
+            server = None
         started = 0.0
-        if server is None or server.settings != settings:
-            if server is not None:
-                server.stop()
-            server = VllmServer(settings)
+        if server is None:
+            server = self._start(settings)
             self.servers[slot] = server
-            started = server.start()
+            started = server.start_s
         if config.concurrency not in server.warmed:
             self._turn_to(server)
             warm(server, warm_up, config)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.analysis.metrics import TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
 from orchestrator.sweep.engines import SERVING, serving_error
-from workloads.decoding.config import ConfigError, DecodeConfig
+from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.models.pair import PairError, pair_kind
 from workloads.tasks import TASKS
@@ -90,7 +90,7 @@ class PairSpec(_Strict):
 class TaskSpec(_Strict):
     name: str
     limit: int | None = Field(None, ge=1, le=1_000_000)  # arith generates its prompts: bound them
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     data: str | None = None
     chat: bool = False  # wrap prompts in each pair's chat template
     system: str | None = None  # system prompt (needs chat)
@@ -135,7 +135,7 @@ class SearchSpec(_Strict):
     sampler: Literal["grid", "random", "tpe", "nsga2", "gp"] = "tpe"
     trials: int = Field(20, ge=1)
     parallel: int = Field(2, ge=1)
-    seed: int = Field(0, ge=0, le=2**32 - 1)  # what Optuna's samplers accept
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
     guide: str | None = None  # calibration JSON (`model calibrate`): enqueue the predicted frontier first
     racing: RacingSpec | None = None  # stop candidates early once dominated (None: every prompt)
@@ -331,6 +331,12 @@ def _check_space(spec: SweepSpec) -> None:
     for schedule in dims.get("schedule", []):
         if not any(kind.runs(schedule) for kind in kinds):
             raise SpecError(f"spec: space.{kinds[0].refusal(schedule)}")
+    for method in dims.get("method", []) if "vllm" in dims.get("engine", []) else []:
+        if not any(method in kind.serving_methods for kind in kinds):
+            served = "; ".join(f"{p.name} serves {', '.join(spec.pair_kinds[p.name].serving_methods)}"
+                               for p in spec.pairs)
+            raise SpecError(f"spec: space.method: no pair of this sweep can be served with {method} "
+                            f"({served})")
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
         raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")
 
@@ -376,11 +382,12 @@ def check_runnable(spec: SweepSpec, local: bool) -> None:
 
 
 def check_batch_sizes(spec: SweepSpec, prompts: int) -> None:
-    """Refuse a batch size larger than the task's prompt count: such a batch is never formed
-    (every prompt would go in one smaller batch), so its results would carry a batch size
-    that was not measured."""
-    over = [b for b in spec.dimension_values().get("batch_size", [1]) if b > prompts]
-    if over:
-        limit = " (task.limit)" if spec.task.limit == prompts else ""
-        raise SpecError(f"spec: space.batch_size: {over[0]} is more than the task's {prompts} "
-                        f"prompts{limit}; at most {prompts}")
+    """Refuse a batch size, or a vLLM concurrency, larger than the task's prompt count: such a
+    batch is never formed (every prompt would go in one smaller batch), nor are that many
+    requests ever in flight, so its results would carry a size that was not measured."""
+    for key in ("batch_size", "concurrency"):
+        over = [b for b in spec.dimension_values().get(key, [1]) if b > prompts]
+        if over:
+            limit = " (task.limit)" if spec.task.limit == prompts else ""
+            raise SpecError(f"spec: space.{key}: {over[0]} is more than the task's {prompts} "
+                            f"prompts{limit}; at most {prompts}")

@@ -208,6 +208,11 @@ def open_state(path: Path, spec: SweepSpec, spec_yaml: str, resume: bool, fresh:
     if fresh and path.exists():
         shutil.rmtree(path)
     exists = study_exists(path, spec)
+    if exists and not resume and never_started(path, spec):  # its start failed: nothing to keep
+        if spec.search.storage:
+            optuna.delete_study(study_name=spec.name, storage=study_storage(path, spec))
+        shutil.rmtree(path, ignore_errors=True)
+        exists = False
     if exists and not resume:
         raise SweepError(f"sweep {spec.name!r} already has state in {path}; pass --resume to "
                          "continue it or --fresh to start over")
@@ -216,6 +221,16 @@ def open_state(path: Path, spec: SweepSpec, spec_yaml: str, resume: bool, fresh:
     path.mkdir(parents=True, exist_ok=True)
     (path / "shards").mkdir(exist_ok=True)
     write_atomic(path / "spec.yaml", spec_yaml)
+
+
+def never_started(path: Path, spec: SweepSpec) -> bool:
+    """Whether a sweep's study holds nothing a run made: no trial, and no MLflow parent run (a
+    session that died before its workers came up). A study that does not replay is kept."""
+    try:
+        study = open_study(path, spec, create=False)
+    except Exception:  # noqa: BLE001 (damaged state is the resume path's to report)
+        return False
+    return not study.get_trials(deepcopy=False) and "parent_run" not in study.user_attrs
 
 
 def requeue_interrupted(study: optuna.Study) -> None:

@@ -161,7 +161,7 @@ class PairWorker:
 
     def _serve(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
         """`run` under the vllm engine (sweep.serving); `engine_start_s`: seconds spent
-        starting servers for it."""
+        starting servers for it; `engine_restarts`: servers found dead and started again."""
         from orchestrator.sweep.serving import Engines, serve_shard
         from workloads.models.pair import load_tokenizer
 
@@ -169,6 +169,7 @@ class PairWorker:
             self.engines = Engines(self.pair_specs)
         tokenizer = load_tokenizer(self.pair_specs[shard.pair])
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
+        restarts = self.engines.restarts
         records, controls, started, report = serve_shard(self.engines, shard.pair, shard.config,
                                                          shard.control, prompts, items[0][0].index,
                                                          shard.repeats)
@@ -176,7 +177,8 @@ class PairWorker:
             score = self.task.judge(example, record["text"])
             record.update(index=example.index, correct=score.correct, detail=score.detail)
         return {"records": records, "controls": controls, "warmup": 0, "node": _node(), "gpu": _gpu_name(),
-                "engine_start_s": started, "engine_report": report}
+                "engine_start_s": started, "engine_restarts": self.engines.restarts - restarts,
+                "engine_report": report}
 
     def close(self) -> None:
         """Stop the vLLM servers this worker started."""

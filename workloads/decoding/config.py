@@ -15,6 +15,7 @@ SCHEDULES = ("ar", "diffusion", "linear", "packed", "quadratic")
 SPECULATIVE = ("linear", "packed", "quadratic")  # the schedules that draft and verify
 UNMASK = ("ltr", "confidence", "margin", "entropy", "random")
 VERIFY_ORDERS = ("ltr", "confidence")
+MAX_SEED = 2**32 - 1  # what Optuna's samplers and numpy's generators accept
 
 
 class ConfigError(ValueError):
@@ -105,6 +106,8 @@ class DecodeConfig:
                 raise bad(name, "must be in (0, 1]")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise bad("max_new_tokens", "must be an integer >= 1")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise bad("seed", f"must be an integer in [0, {MAX_SEED}]")
         if self.verify_order not in VERIFY_ORDERS:
             raise bad("verify_order", f"must be one of {', '.join(VERIFY_ORDERS)}")
         if self.verify_order != "ltr" and (self.schedule != "packed" or not point_mass(self.temperature, 0)

@@ -83,10 +83,18 @@ def check_fits(lengths: dict[str, int], max_new_tokens: int, limit: int | None) 
 
 
 def check_texts_fit(tokenizer, prompts: dict[str, str], max_new_tokens: int, limit: int | None) -> None:
-    """`check_fits` on prompt texts, before any model loads."""
-    if limit is not None:
-        check_fits({label: len(tokenizer(text, verbose=False).input_ids) for label, text in prompts.items()},
-                   max_new_tokens, limit)
+    """`check_fits` on prompt texts, before any model loads. A text longer than `limit` times
+    the vocabulary's longest token (in characters) is refused before it is tokenised: it holds
+    at least len / longest tokens, and tokenising megabytes takes minutes."""
+    if limit is None:
+        return
+    longest = max(map(len, tokenizer.get_vocab()), default=1)
+    for label, text in prompts.items():
+        if len(text) > longest * limit:
+            raise ConfigError(f"{label}: {len(text):,} characters (at least {len(text) // longest:,} tokens) "
+                              f"pass the model's {limit} positions (max_position_embeddings)")
+    check_fits({label: len(tokenizer(text, verbose=False).input_ids) for label, text in prompts.items()},
+               max_new_tokens, limit)
 
 
 @dataclass

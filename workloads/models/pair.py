@@ -360,6 +360,15 @@ def max_positions(spec: str | dict) -> int | None:
                             for f in ("drafter", "verifier", "model") if isinstance(spec.get(f), str)])
 
 
+def drafter_block(spec: str | dict) -> int | None:
+    """The block a DFlash drafter was trained on (`dflash_config.block_size`: the anchor and
+    block_size − 1 drafts), read without loading it; None for other pairs or when not here."""
+    _, spec = _resolve(spec)
+    config = _config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
+    block = ((config or {}).get("dflash_config") or {}).get("block_size")
+    return block if isinstance(block, int) else None
+
+
 def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
     """The pair's tokenizer alone (the verifier's, or the dual-mode model's)."""
     _, spec = _resolve(spec)

@@ -13,6 +13,7 @@ what it worked around (`report`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -35,13 +36,37 @@ CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 QUIET_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
 
 
+SETUP = ("run `make vllm`, or set SPECSWEEP_VLLM_PYTHON to a Python with vllm and infra/vllm/plugin "
+         "installed")
+
+
 def vllm_python() -> Path:
-    """The vLLM venv's interpreter: $SPECSWEEP_VLLM_PYTHON, else .venv-vllm of the checkout."""
+    """The vLLM venv's interpreter: $SPECSWEEP_VLLM_PYTHON, else .venv-vllm of the checkout;
+    ServingError naming the set-up command unless it runs and finds vllm and the project's
+    plugin (checked once a process: a server start would otherwise fail minutes later)."""
     path = Path(os.environ.get("SPECSWEEP_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
     if not path.is_file():
-        raise ServingError(f"engine: vllm is not set up ({path} is missing); run `make vllm`, or set "
-                           "SPECSWEEP_VLLM_PYTHON to a Python with vllm and infra/vllm/plugin installed")
+        raise ServingError(f"engine: vllm is not set up ({path} is missing); {SETUP}")
+    why = _missing_modules(str(path))
+    if why:
+        raise ServingError(f"engine: vllm is not set up ({path}: {why}); {SETUP}")
     return path
+
+
+@functools.cache
+def _missing_modules(python: str) -> str | None:
+    """Why `python` cannot serve (it does not run, or lacks vllm or the plugin), or None."""
+    probe = ("import importlib.util as u; "
+             "print(' '.join(m for m in ('vllm', 'specsweep_vllm') if u.find_spec(m) is None))")
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"does not run: {err}"
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+        return f"does not run: {lines[-1][:200]}"
+    missing = done.stdout.split()
+    return f"no module {' nor '.join(missing)}" if missing else None
 
 
 @dataclass(frozen=True)
@@ -131,6 +156,10 @@ class VllmServer:
                     "(multi-layer DFlash drafts normalise context K with layer 0's weight)")
         return ("vLLM kernel check: rms_norm row-0 defect found, worked around in "
                 + (", ".join(self.report.get("patched", [])) or "no loaded module"))
+
+    def alive(self) -> bool:
+        """Its process runs and it answers /health (a dead engine core fails the check)."""
+        return self.process is not None and self.process.poll() is None and self._healthy()
 
     def _healthy(self) -> bool:
         try:
