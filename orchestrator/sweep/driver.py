@@ -93,12 +93,12 @@ class Driver:
         """Load the task and format its prompts, then set up the sweep state; any error in
         the first part leaves nothing behind. `run` calls it when the caller has not."""
         check_runnable(self.spec, local=not self.ray_address)
-        if "vllm" in self.spec.dimension_values().get("engine", []):
-            vllm_python()  # a serving engine that is not set up fails here, not in every trial
         t = self.spec.task
         task = get_task(t.name, t.data)
         self.examples = decoding_order(self.spec, task.examples(n=t.limit, seed=t.seed))
         self.prompts = pair_prompts(self.spec, task, self.examples)
+        if "vllm" in self.spec.dimension_values().get("engine", []):
+            vllm_python()  # a serving engine that is not set up fails here, not in every trial
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
             check_reachable(self.tracking_uri)
         if self.ray_address:

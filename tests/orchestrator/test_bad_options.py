@@ -1,6 +1,8 @@
 """Bad command-line options, the files they name and the services they point at: refused
 before anything decodes or is written (`bad_input` says how)."""
 
+import time
+
 import pytest
 
 from orchestrator.cli import app
@@ -11,6 +13,8 @@ from tests.orchestrator.bad_input import GOOD, one_line_error, run_cli, runner, 
     (["--temperature", "nan"], "temperature: must be a finite number"),
     (["--top-p", "inf"], "top_p: must be a finite number"),
     (["--threshold", "nan"], "threshold: must be a finite number"),
+    (["--seed", "-1"], "seed: must be an integer in [0, 4294967295]; got -1"),
+    (["--seed", str(2**70)], "seed: must be an integer in [0, 4294967295]; got 1180591620717411303424"),
 ])
 def test_bad_decode_flags(flags, starts):
     one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompt", "1+1=", *flags]), starts)
@@ -82,9 +86,30 @@ def test_ray_address_auto_with_no_cluster_is_named_before_anything_is_written(tm
 
 def test_a_prompt_past_the_model_positions_is_refused_before_any_decodes(tmp_path):
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("1+1=\n2+2=\n" + "1+" * 5000 + "1=\n")
+    prompts.write_text("1+1=\n2+2=\n" + "1+" * 200 + "1=\n")
     one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(prompts)]),
-                   "prompt 3: 10002 tokens + max_new_tokens 64 pass the model's 256 positions")
+                   "prompt 3: 402 tokens + max_new_tokens 64 pass the model's 256 positions")
+
+
+def test_a_megabyte_prompt_is_refused_before_it_is_tokenised(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("1+" * 5_000_000 + "1=\n")  # 10 MB on one line: minutes of tokenising
+    began = time.perf_counter()
+    one_line_error(runner.invoke(app, ["decode", "--pair", "toy", "--prompts", str(prompts)]),
+                   "prompt 1: 10,000,002 characters (at least ")
+    assert time.perf_counter() - began < 30
+
+
+@pytest.mark.parametrize("python", ["missing", "/usr/bin/true", "/usr/bin/python3"])
+def test_a_serving_sweep_without_vllm_set_up_is_refused_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                  python):
+    monkeypatch.setenv("SPECSWEEP_VLLM_PYTHON", str(tmp_path / python) if python == "missing" else python)
+    served = {**GOOD, "pairs": ["toy-dflash"], "space": {"engine": ["vllm"], "method": ["none"],
+                                                         "max_new_tokens": 8}}
+    result = run_cli(tmp_path, served)
+    one_line_error(result, "engine: vllm is not set up (")
+    assert "run `make vllm`" in result.output
+    assert tree(tmp_path) == ["spec.yaml"]
 
 
 def test_bench_batch_serves_in_vllm_only_a_dflash_pair():

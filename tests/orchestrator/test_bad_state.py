@@ -183,3 +183,43 @@ def test_bench_search_racing_refuses_a_grid_it_cannot_replay(tmp_path, change, s
     open_study(state_dir(tmp_path, "grid"), spec)  # a sweep stopped before its first trial
     result = runner.invoke(app, ["bench", "search", "grid", "--root", str(tmp_path), "--racing"])
     one_line_error(result, starts)
+
+
+def test_a_sweep_whose_start_failed_before_its_workers_is_not_state(tmp_path):
+    from orchestrator.sweep.specfile import load_spec
+    from orchestrator.sweep.study import open_state, open_study, state_dir
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    spec, where = load_spec(path), state_dir(tmp_path, GOOD["name"])
+    open_state(where, spec, path.read_text(), resume=False, fresh=False)
+    open_study(where, spec)  # what a session leaves when it dies starting Ray: a study, no trial, no run
+    open_state(where, spec, path.read_text(), resume=False, fresh=False)  # a plain rerun starts it anew
+    study = open_study(where, spec)
+    study.set_user_attr("parent_run", "abc")  # a run existed: that is state
+    with pytest.raises(ValueError, match="already has state"):
+        open_state(where, spec, path.read_text(), resume=False, fresh=False)
+
+
+def test_exporting_a_sweep_with_no_finished_trial_says_so(tmp_path):
+    import optuna
+
+    from orchestrator.sweep.specfile import load_spec
+    from orchestrator.sweep.study import open_state, open_study, state_dir
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    spec, where = load_spec(path), state_dir(tmp_path, GOOD["name"])
+    open_state(where, spec, path.read_text(), resume=False, fresh=False)
+    study = open_study(where, spec)
+    for error in ("engine: vllm exited (1) while starting: no such architecture", "a later one"):
+        trial = study.ask()
+        trial.set_user_attr("error", error)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    result = runner.invoke(app, ["export", GOOD["name"], "--root", str(tmp_path), "--out", str(tmp_path / "out")])
+    one_line_error(result, "sweep 'bad' has no frontier config to export: every trial failed (2); the first "
+                           "(trial 0): engine: vllm exited (1) while starting: no such architecture (specsweep "
+                           "status bad)")
+    assert not (tmp_path / "out").exists()
+    status = runner.invoke(app, ["status", GOOD["name"], "--root", str(tmp_path)])
+    assert "first failure (trial 0): engine: vllm exited (1) while starting" in status.output

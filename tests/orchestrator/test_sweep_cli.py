@@ -231,3 +231,35 @@ def test_ctrl_c_to_a_tpe_sweep_process_then_resume_asks_the_interrupted_configur
     complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(complete) == 5
     assert interrupted <= {json.dumps(t.params, sort_keys=True) for t in complete}
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_process_acts_as_ctrl_c(tmp_path):
+    """SIGTERM once Ray is up (ray.init puts in a handler of its own that exits at once): the
+    trial in flight marked interrupted, the parent run KILLED, one line saying how to resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    data = {**GOOD, "task": {"name": "arith", "limit": 16}, "space": {**GOOD["space"], "block": [2, 4]},
+            "search": {"sampler": "grid", "trials": 2, "parallel": 1}}
+    command = [str(Path(sys.executable).parent / "specsweep"), "run", str(write(tmp_path, data)), "--root",
+               str(tmp_path)]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    journal = tmp_path / ".specsweep" / "cli" / "study.journal"
+    deadline = time.time() + 120
+    while time.time() < deadline and '"op_code":4' not in (journal.read_text() if journal.exists() else ""):
+        time.sleep(0.1)  # a trial is in flight
+    os.kill(proc.pid, signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0].decode(errors="replace")
+    assert proc.returncode == 130, out[-2000:]
+    assert "interrupted: trials in flight marked failed; continue with specsweep run" in out
+    assert "\0" not in out and "Traceback" not in out and "*** " not in out
+    client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
+    parents = [r for r in client.search_runs([client.get_experiment_by_name("cli").experiment_id])
+               if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.status for r in parents] == ["KILLED"]

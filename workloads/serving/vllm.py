@@ -57,7 +57,7 @@ def vllm_python() -> Path:
 def _missing_modules(python: str) -> str | None:
     """Why `python` cannot serve (it does not run, or lacks vllm or the plugin), or None."""
     probe = ("import importlib.util as u; "
-             "print(' '.join(m for m in ('vllm', 'specsweep_vllm') if u.find_spec(m) is None))")
+             "print('ok', *(m for m in ('vllm', 'specsweep_vllm') if u.find_spec(m) is None))")
     try:
         done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -65,8 +65,10 @@ def _missing_modules(python: str) -> str | None:
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
         return f"does not run: {lines[-1][:200]}"
-    missing = done.stdout.split()
-    return f"no module {' nor '.join(missing)}" if missing else None
+    said = done.stdout.split()
+    if said[:1] != ["ok"]:
+        return "not a Python interpreter"
+    return f"no module {' nor '.join(said[1:])}" if said[1:] else None
 
 
 @dataclass(frozen=True)

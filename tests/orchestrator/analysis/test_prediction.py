@@ -3,7 +3,8 @@ out is predicted from the others."""
 
 import pytest
 
-from orchestrator.analysis.prediction import IterationCosts, calibrate, drafter_passes, validate
+from orchestrator.analysis.prediction import IterationCosts, calibrate, drafter_passes, drafting, validate
+from workloads.decoding.kinds import DFLASH
 
 COSTS = {1: IterationCosts(1, 0.03, 0.5, 170.0), 16: IterationCosts(16, 0.4, 0.3, 1400.0)}
 ALPHA = {1: 0.8, 3: 2.3, 5: 3.9, 7: 4.6}
@@ -67,3 +68,8 @@ def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predi
         assert cell["validation_error"] == 0.0
     assert "predicted_vllm" not in yaml.safe_load(paths[1].read_text())["serving"]
     assert len(said) == 1 and said[0].startswith("trial1.yaml: predicted in vLLM c=1")
+
+
+def test_a_trial_measured_in_vllm_is_not_predicted():
+    served = {"engine": "vllm", "method": "dflash", "num_speculative_tokens": 3, "concurrency": 4}
+    assert drafting(DFLASH, served, {"mean_accept_len": 2.1, "throughput_ratio": 1.4}) is None

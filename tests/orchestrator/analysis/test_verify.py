@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator.analysis.verify import _by_load, first_records, serving_config
+from orchestrator.analysis.verify import ExportError, _by_load, first_records, read_export, serving_config
 from workloads.serving.config import ServingError
 from workloads.serving.conformance import Decoded
 
@@ -40,3 +40,20 @@ def test_an_export_without_a_vllm_setting_or_sampled_says_why_in_one_line():
     sampled = {**DFLASH, "config": {**DFLASH["config"], "temperature": 0.7}}
     with pytest.raises(ServingError, match="measured at temperature 0.7"):
         serving_config(sampled)
+
+
+@pytest.mark.parametrize("drafts", [0, -3, "seven", None])
+def test_an_export_edited_to_a_malformed_vllm_setting_is_bad_input_naming_the_field(drafts):
+    speculative = {**DFLASH["serving"]["vllm"]["speculative_config"], "num_speculative_tokens": drafts}
+    edited = {**DFLASH, "serving": {"vllm": {"speculative_config": speculative}}}
+    with pytest.raises(ExportError, match=r"^export: serving.vllm.speculative_config: num_speculative_tokens: "):
+        serving_config(edited)
+
+
+def test_an_export_holding_a_python_object_is_refused_by_the_safe_loader_in_one_line(tmp_path):
+    path = tmp_path / "trial0.yaml"
+    path.write_text("pair: !!python/object/apply:os.system ['echo owned']\n")
+    with pytest.raises(ValueError) as err:
+        read_export(path)
+    assert str(err.value).startswith(f"export: {path} is not valid YAML (could not determine a constructor")
+    assert "\n" not in str(err.value)

@@ -29,9 +29,11 @@ def test_vllm_trials_are_serving_configs_at_their_concurrency():
 
 
 def test_a_pair_is_served_only_with_methods_its_kind_has():
-    found = candidates(spec(SERVED, pairs=("toy",)))  # a diffusion drafter: vLLM has no method for it
-    assert {c.config.method for c in found} == {"none", "ngram"}
-    assert "method|two-model" in grid(spec(SERVED, pairs=("toy",)))[-1]
+    both = spec(SERVED, pairs=("toy", "toy-dflash"))  # toy: a diffusion drafter, vLLM has no method for it
+    found = candidates(both)
+    assert {c.config.method for c in found if c.pair == "toy"} == {"none", "ngram"}
+    assert {c.config.method for c in found if c.pair == "toy-dflash"} == {"none", "ngram", "dflash"}
+    assert any("method|two-model" in point for point in grid(both))
 
 
 def test_both_engines_side_by_side():
@@ -48,6 +50,11 @@ def test_both_engines_side_by_side():
     ({**SERVED, "method": ["medusa"]}, "spec: space.method: 'medusa' is not a vLLM method"),
     ({"engine": ["vllm"], "method": ["dflash"]}, "spec: space.num_speculative_tokens: needed"),
     ({"steps": [1], "concurrency": [4]}, "spec: space.concurrency: a vLLM setting; add vllm to space.engine"),
+    # a method no pair of the sweep can be served with is refused by name, not served as `none`
+    ({**SERVED, "method": ["eagle3"]}, "spec: space.method: no pair of this sweep can be served with eagle3 "
+                                       "(toy-dflash serves none, ngram, dflash)"),
+    ({**SERVED, "method": ["none", "draft_model"]}, "spec: space.method: no pair of this sweep can be served "
+                                                    "with draft_model"),
 ])
 def test_what_vllm_has_no_setting_for_is_refused_in_one_line(space, starts):
     with pytest.raises(SpecError) as err:

@@ -1,14 +1,21 @@
-"""Ray start-up: an interrupted local `ray.init` leaves no Ray process behind."""
+"""Ray start-up: an interrupted local `ray.init` leaves no Ray process behind; a local head
+that does not come up (its raylet frozen; two sweeps starting Ray at once) is one line and
+leaves no sweep state."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.sweep import raycluster
+from tests.orchestrator.test_sweep_cli import GOOD
 
 # Sends itself SIGINT as soon as a process of its Ray session exists (Ray spawns them mid-`ray.init`;
 # the first, the GCS server, names the session directory), then reports whether the init had finished.
@@ -68,3 +75,66 @@ def test_sigint_during_ray_start_leaves_no_ray_process():
     assert out.strip() == "interrupted False", (proc.returncode, err[-2000:])
     assert _session_processes(proc.pid) == []
 
+
+
+def _sweep(tmp_path, name: str) -> subprocess.Popen:
+    """`specsweep run` of the smallest sweep, named `name`, as a process of its own."""
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump({**GOOD, "name": name}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()", "run", str(spec),
+                             "--root", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _freeze_raylet(pid: int, timeout: float = 60) -> int:
+    """SIGSTOP the raylet of process `pid`'s local Ray session as soon as it exists (before it
+    registers its node); its pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                command = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"raylet" in command.split(b"\0")[0] and f"_{pid}/".encode() in command:
+                os.kill(int(proc.name), signal.SIGSTOP)
+                return int(proc.name)
+        time.sleep(0.005)
+    raise AssertionError("no raylet started")
+
+
+@pytest.mark.slow  # Ray's own 30 s wait for the node, then a sweep
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
+def test_a_local_ray_that_does_not_come_up_is_one_line_and_leaves_nothing(tmp_path):
+    sweep = _sweep(tmp_path, "frozen")
+    raylet = _freeze_raylet(sweep.pid)
+    try:
+        out, err = sweep.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(raylet, signal.SIGKILL)
+    assert sweep.returncode == 2, err[-3000:]
+    assert err.startswith("error: cluster: the local Ray head did not start (Exception: The current node timed "
+                          "out during startup"), err[-3000:]
+    assert "run the sweep again" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / ".specsweep" / "frozen").exists()  # no spec, journal, shards nor lock
+    assert not (tmp_path / ".specsweep" / "frozen.lock").exists()
+    assert _session_processes(sweep.pid) == []
+    again = _sweep(tmp_path, "frozen")  # a plain rerun is a new sweep, not "already has state"
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+
+
+@pytest.mark.slow  # two sweeps
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
+def test_two_sweeps_starting_ray_at_once_each_finish_or_fail_in_one_line(tmp_path):
+    sweeps = {name: _sweep(tmp_path, name) for name in ("first", "second")}
+    for name, sweep in sweeps.items():
+        out, err = sweep.communicate(timeout=600)
+        if sweep.returncode == 0:
+            assert "frontier of " + name in err
+        else:  # Ray did not come up in time on a loaded machine: one line, nothing left behind
+            assert sweep.returncode == 2 and err.startswith("error: cluster: ") and err.count("\n") == 1, err[-3000:]
+            assert not (tmp_path / ".specsweep" / name).exists()
+        assert _session_processes(sweep.pid) == []

@@ -1,0 +1,80 @@
+"""A worker's vLLM servers under faults, on real processes (`make vllm`): an engine core killed
+with loads in flight costs one restart, and a server that cannot start is one error, kept."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from orchestrator.sweep.serving import Engines
+from tests.needs_vllm import needs_vllm
+from workloads.models.pair import BUNDLED, load_tokenizer
+from workloads.serving.config import ServingConfig, ServingError
+from workloads.tasks import get_task
+
+pytestmark = needs_vllm
+
+
+def _engine_cores(group: int) -> list[int]:
+    """The pids of the vLLM engine core processes in a server's process group."""
+    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if os.getpgid(int(pid)) == group]
+
+
+def _prompts(n: int) -> list[list[int]]:
+    tokenizer = load_tokenizer("toy-dflash")
+    return [tokenizer(e.prompt).input_ids for e in get_task("arith").examples("test", n=n)]
+
+
+def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
+    engines = Engines({"toy-dflash": "toy-dflash"})
+    config = ServingConfig(concurrency=4, max_new_tokens=32)
+    prompts = _prompts(8)
+    try:
+        server, started = engines.server("toy-dflash", config, prompts[0])
+        before, _ = engines.serve(server, prompts, config)
+        assert started > 0 and engines.restarts == 0
+        long = ServingConfig(concurrency=4, max_new_tokens=160)
+        with ThreadPoolExecutor(1) as pool:
+            load = pool.submit(engines.serve, server, prompts * 8, long)  # 64 requests, 4 in flight
+            time.sleep(1.0)
+            assert not load.done()
+            cores = _engine_cores(server.process.pid)
+            assert cores
+            for pid in cores:
+                os.kill(pid, signal.SIGKILL)
+            with pytest.raises(Exception):  # noqa: B017 (a refused, cut or failed stream: vLLM's choice)
+                load.result(timeout=300)
+        assert not server.alive()
+        again, started = engines.server("toy-dflash", config, prompts[0])
+        assert again is not server and started > 0 and engines.restarts == 1
+        after, _ = engines.serve(again, prompts, config)
+        assert [s.token_ids for s in after] == [s.token_ids for s in before]  # greedy: the same tokens
+        same, started = engines.server("toy-dflash", config, prompts[0])
+        assert same is again and started == 0 and engines.restarts == 1  # alive: kept
+    finally:
+        engines.close()
+
+
+def test_a_server_that_cannot_start_is_one_error_kept_through_retries(tmp_path):
+    verifier = tmp_path / "verifier"  # transformers loads it by model_type; vLLM by its architecture
+    shutil.copytree(BUNDLED["toy"]["verifier"], verifier)
+    config = json.loads((verifier / "config.json").read_text())
+    (verifier / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
+    engines = Engines({"odd": {"model": str(verifier)}})
+    try:
+        with pytest.raises(ServingError) as first:
+            engines.server("odd", ServingConfig(), [1, 2, 3])
+        assert str(first.value).startswith("engine: vllm exited") and "NoSuchForCausalLM" in str(first.value)
+        began = time.perf_counter()
+        with pytest.raises(ServingError) as again:  # a retry of the shard: the same reason, at once
+            engines.server("odd", ServingConfig(), [1, 2, 3])
+        assert str(again.value) == str(first.value) and time.perf_counter() - began < 1
+        assert not engines.servers
+    finally:
+        engines.close()
