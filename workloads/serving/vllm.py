@@ -171,9 +171,17 @@ class VllmServer:
             return False
 
     def _last_error(self) -> str:
-        lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line]
-        return (errors or lines or ["no output"])[-1][:300]
+        """The log's last line naming an error, with the indented line after it where that says
+        why (pydantic puts the reason there: `1 validation error for ModelConfig` / `  Value
+        error, Model architectures [...] are not supported`); else its last line."""
+        lines = [line for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        errors = [i for i, line in enumerate(lines) if "Error" in line]
+        if not errors:
+            return (lines or ["no output"])[-1].strip()[:300]
+        i = errors[-1]
+        reason = lines[i + 1] if i + 1 < len(lines) else ""
+        detail = reason[:1].isspace() and not reason.strip().startswith(("File ", "For further"))
+        return (lines[i].strip() + (f": {reason.strip()}" if detail else ""))[:300]
 
     def stop(self) -> None:
         """Stop the server and every process it started (its process group)."""

@@ -1,5 +1,7 @@
 """A sweep under the vllm engine, for real (`make vllm`): Ray worker, vLLM servers, MLflow."""
 
+import json
+import shutil
 import subprocess
 import time
 
@@ -10,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.cli import app
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
+from workloads.models.pair import BUNDLED
 
 pytestmark = needs_vllm
 
@@ -63,3 +66,19 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     speculative = [d["serving"]["vllm"]["speculative_config"] for d in exported]
     assert {"method": "dflash", "num_speculative_tokens": 3} in [
         {k: s[k] for k in ("method", "num_speculative_tokens")} for s in speculative if s]
+
+
+def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
+    verifier = tmp_path / "verifier"  # transformers loads it by model_type; vLLM by its architecture
+    shutil.copytree(BUNDLED["toy-self"]["model"], verifier)
+    config = json.loads((verifier / "config.json").read_text())
+    (verifier / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
+    data = {**GOOD, "name": "unservable", "pairs": [{"name": "odd", "model": str(verifier)}],
+            "space": {"engine": ["vllm"], "method": ["none"], "max_new_tokens": 8}}
+    began = time.perf_counter()
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert ("error: every trial failed (1); the first (trial 0): ServingError: engine: vllm exited (1) while "
+            "starting: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: Value "
+            "error, Model architectures ['NoSuchForCausalLM'] are not supported") in result.output.replace("\n", "")
+    print(f"failed in {time.perf_counter() - began:.0f} s")
