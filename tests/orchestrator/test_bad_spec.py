@@ -35,20 +35,20 @@ SPECS = {
     "prompt past the positions": ({"space": {**GOOD["space"], "max_new_tokens": [8, 251]}},
                                   "spec: task: example 0 (pair toy): 6 tokens + max_new_tokens 251 pass the "
                                   "model's 256 positions"),
-    "concurrency past the prompts": ({"pairs": ["toy-dflash"], "space": {**SERVED, "concurrency": [1, 10**6]}},
-                                     "spec: space.concurrency: 1000000 is more than the task's 2 prompts "
-                                     "(task.limit); at most 2"),
-    "drafts past the positions": ({"pairs": ["toy-dflash"], "space": {**SERVED, "method": ["ngram"],
-                                                                      "num_speculative_tokens": [3, 1000]}},
-                                  "spec: space.num_speculative_tokens: 1000 drafts do not fit in pair toy-dflash's "
-                                  "256 positions"),
-    "drafts past the drafter's block": ({"pairs": ["toy-dflash"], "space": {**SERVED,
-                                                                            "num_speculative_tokens": [7, 8]}},
-                                        "spec: space.num_speculative_tokens: 8 is more than the 7 drafts pair "
-                                        "toy-dflash's DFlash drafter was trained for (its block_size 8); at most 7"),
-    "a method the pair cannot serve": ({"space": {**SERVED, "method": ["none", "eagle3"]}},
-                                       "spec: space.method: no pair of this sweep can be served with eagle3 (toy "
-                                       "serves none, ngram)"),
+    "concurrency past the prompts": (
+        {"pairs": ["toy-dflash"], "space": {**SERVED, "concurrency": [1, 10**6]}},
+        "spec: space.concurrency: 1000000 is more than the task's 2 prompts (task.limit); at most 2"),
+    "drafts past the positions": (
+        {"pairs": ["toy-dflash"],
+         "space": {**SERVED, "method": ["ngram"], "num_speculative_tokens": [3, 1000]}},
+        "spec: space.num_speculative_tokens: 1000 drafts do not fit in pair toy-dflash's 256 positions"),
+    "drafts past the drafter's block": (
+        {"pairs": ["toy-dflash"], "space": {**SERVED, "num_speculative_tokens": [7, 8]}},
+        "spec: space.num_speculative_tokens: 8 is more than the 7 drafts pair toy-dflash's DFlash drafter "
+        "was trained for (its block_size 8); at most 7"),
+    "a method the pair cannot serve": (
+        {"space": {**SERVED, "method": ["none", "eagle3"]}},
+        "spec: space.method: no pair of this sweep can be served with eagle3 (toy serves none, ngram)"),
     "a task seed past 2**32": ({"task": {**GOOD["task"], "seed": 2**70}}, "spec: task.seed"),
 }
 

@@ -216,10 +216,11 @@ def test_exporting_a_sweep_with_no_finished_trial_says_so(tmp_path):
         trial = study.ask()
         trial.set_user_attr("error", error)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    result = runner.invoke(app, ["export", GOOD["name"], "--root", str(tmp_path), "--out", str(tmp_path / "out")])
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["export", GOOD["name"], "--root", str(tmp_path), "--out", str(out)])
     one_line_error(result, "sweep 'bad' has no frontier config to export: every trial failed (2); the first "
-                           "(trial 0): engine: vllm exited (1) while starting: no such architecture (specsweep "
-                           "status bad)")
-    assert not (tmp_path / "out").exists()
+                           "(trial 0): engine: vllm exited (1) while starting: no such architecture "
+                           "(specsweep status bad)")
+    assert not out.exists()
     status = runner.invoke(app, ["status", GOOD["name"], "--root", str(tmp_path)])
     assert "first failure (trial 0): engine: vllm exited (1) while starting" in status.output

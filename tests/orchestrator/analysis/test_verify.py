@@ -46,7 +46,7 @@ def test_an_export_without_a_vllm_setting_or_sampled_says_why_in_one_line():
 def test_an_export_edited_to_a_malformed_vllm_setting_is_bad_input_naming_the_field(drafts):
     speculative = {**DFLASH["serving"]["vllm"]["speculative_config"], "num_speculative_tokens": drafts}
     edited = {**DFLASH, "serving": {"vllm": {"speculative_config": speculative}}}
-    with pytest.raises(ExportError, match=r"^export: serving.vllm.speculative_config: num_speculative_tokens: "):
+    with pytest.raises(ExportError, match=r"^export: serving.vllm.speculative_config: num_speculative"):
         serving_config(edited)
 
 

@@ -82,8 +82,9 @@ def _sweep(tmp_path, name: str) -> subprocess.Popen:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(yaml.safe_dump({**GOOD, "name": name}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()", "run", str(spec),
-                             "--root", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    cli = "from orchestrator.cli import main; main()"
+    return subprocess.Popen([sys.executable, "-c", cli, "run", str(spec), "--root", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
 
 
@@ -116,8 +117,8 @@ def test_a_local_ray_that_does_not_come_up_is_one_line_and_leaves_nothing(tmp_pa
             os.kill(raylet, signal.SIGKILL)
     assert sweep.returncode == 2, err[-3000:]
     last = err.splitlines()[-1]  # after the progress bar: one line
-    assert last.startswith("error: cluster: the local Ray head did not start (Exception: The current node timed "
-                           "out during startup"), err[-3000:]
+    assert last.startswith("error: cluster: the local Ray head did not start (Exception: The current node "
+                           "timed out during startup"), err[-3000:]
     assert last.endswith("run the sweep again") and err.count("error") == 1 and "Traceback" not in err
     assert not (tmp_path / ".specsweep" / "frozen").exists()  # no spec, journal, shards nor lock
     assert not (tmp_path / ".specsweep" / "frozen.lock").exists()
@@ -137,6 +138,7 @@ def test_two_sweeps_starting_ray_at_once_each_finish_or_fail_in_one_line(tmp_pat
             assert "frontier of " + name in err
         else:  # Ray did not come up in time on a loaded machine: one line, nothing left behind
             last = err.splitlines()[-1]
-            assert sweep.returncode == 2 and last.startswith("error: cluster: ") and "Traceback" not in err, err
+            assert sweep.returncode == 2 and last.startswith("error: cluster: "), err
+            assert "Traceback" not in err
             assert not (tmp_path / ".specsweep" / name).exists()
         assert _session_processes(sweep.pid) == []

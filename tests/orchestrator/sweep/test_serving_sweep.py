@@ -78,7 +78,8 @@ def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
     began = time.perf_counter()
     result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
     assert result.exit_code == 1, result.output
+    said = result.output.replace("\n", "")
     assert ("error: every trial failed (1); the first (trial 0): ServingError: engine: vllm exited (1) while "
-            "starting: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: Value "
-            "error, Model architectures ['NoSuchForCausalLM'] are not supported") in result.output.replace("\n", "")
+            "starting: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
+            "Value error, Model architectures ['NoSuchForCausalLM'] are not supported") in said
     print(f"failed in {time.perf_counter() - began:.0f} s")
