@@ -25,18 +25,22 @@ from workloads.serving.load import serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 log = logging.getLogger(__name__)
+START_TRIES = 2  # failed starts in a row after which a worker no longer starts those settings
 
 
 class Engines:
     """The vLLM servers of one worker, by (pair, whether it speculates), supervised: a server is
     health-checked before each load it serves and started again when it has died (`restarts`
-    counts them); a server that cannot start is not kept, and the reason it gave is raised
-    again, at once, for every later request of the same settings (a retry of the shard)."""
+    counts them); a server that cannot start is not kept, and the reason it gave is what the
+    shard raises. Settings that failed START_TRIES starts in a row are not started again: their
+    last reason is raised at once (a second try lets a start cut short by a fault, an engine
+    core killed while it loaded, pass on the shard's retry)."""
 
     def __init__(self, pair_specs: dict[str, str | dict]):
         self.pair_specs = pair_specs
         self.servers: dict[tuple[str, bool], VllmServer] = {}
-        self.unservable: dict[EngineSettings, ServingError] = {}  # settings -> why they did not start
+        # settings -> why they last failed to start, and how many starts in a row failed
+        self.failed: dict[EngineSettings, tuple[ServingError, int]] = {}
         self.restarts = 0  # servers found dead and started again
         self.last: VllmServer | None = None  # the server that served last
 
@@ -50,15 +54,17 @@ class Engines:
         return serve(server, prompts, config)
 
     def _start(self, settings: EngineSettings) -> VllmServer:
-        if settings in self.unservable:
-            raise self.unservable[settings]
+        err, tries = self.failed.get(settings, (None, 0))
+        if err is not None and tries >= START_TRIES:
+            raise err
         server = VllmServer(settings)
         try:
             server.start()
-        except ServingError as err:
+        except ServingError as failed:
             server.stop()
-            self.unservable[settings] = err
+            self.failed[settings] = (failed, tries + 1)
             raise
+        self.failed.pop(settings, None)
         return server
 
     def server(self, pair: str, config: ServingConfig, warm_up: list[int]) -> tuple[VllmServer, float]:

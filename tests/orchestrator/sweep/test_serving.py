@@ -1,9 +1,7 @@
 """A worker's vLLM servers under faults, on real processes (`make vllm`): an engine core killed
-with loads in flight costs one restart, and a server that cannot start is one error, kept."""
+with loads in flight costs one restart (a server that cannot start: test_serving_sweep)."""
 
-import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -13,8 +11,8 @@ import pytest
 
 from orchestrator.sweep.serving import Engines
 from tests.needs_vllm import needs_vllm
-from workloads.models.pair import BUNDLED, load_tokenizer
-from workloads.serving.config import ServingConfig, ServingError
+from workloads.models.pair import load_tokenizer
+from workloads.serving.config import ServingConfig
 from workloads.tasks import get_task
 
 pytestmark = needs_vllm
@@ -60,21 +58,3 @@ def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
     finally:
         engines.close()
 
-
-def test_a_server_that_cannot_start_is_one_error_kept_through_retries(tmp_path):
-    verifier = tmp_path / "verifier"  # transformers loads it by model_type; vLLM by its architecture
-    shutil.copytree(BUNDLED["toy"]["verifier"], verifier)
-    config = json.loads((verifier / "config.json").read_text())
-    (verifier / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
-    engines = Engines({"odd": {"model": str(verifier)}})
-    try:
-        with pytest.raises(ServingError) as first:
-            engines.server("odd", ServingConfig(), [1, 2, 3])
-        assert str(first.value).startswith("engine: vllm exited") and "NoSuchForCausalLM" in str(first.value)
-        began = time.perf_counter()
-        with pytest.raises(ServingError) as again:  # a retry of the shard: the same reason, at once
-            engines.server("odd", ServingConfig(), [1, 2, 3])
-        assert str(again.value) == str(first.value) and time.perf_counter() - began < 1
-        assert not engines.servers
-    finally:
-        engines.close()

@@ -3,13 +3,16 @@
 import json
 import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.cli import app
+from orchestrator.sweep.serving import START_TRIES
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 from workloads.models.pair import BUNDLED
@@ -75,11 +78,12 @@ def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
     (verifier / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
     data = {**GOOD, "name": "unservable", "pairs": [{"name": "odd", "model": str(verifier)}],
             "space": {"engine": ["vllm"], "method": ["none"], "max_new_tokens": 8}}
-    began = time.perf_counter()
+    logs = set(Path(tempfile.gettempdir()).glob("vllm-*"))  # a VllmServer's log folder, one a start
     result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
     assert result.exit_code == 1, result.output
+    started = set(Path(tempfile.gettempdir()).glob("vllm-*")) - logs
+    assert len(started) == START_TRIES  # the shard and its retry; the error each time vLLM's own
     said = result.output.replace("\n", "")
     assert ("error: every trial failed (1); the first (trial 0): ServingError: engine: vllm exited (1) while "
             "starting: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
             "Value error, Model architectures ['NoSuchForCausalLM'] are not supported") in said
-    print(f"failed in {time.perf_counter() - began:.0f} s")
