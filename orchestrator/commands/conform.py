@@ -30,10 +30,10 @@ def conform(
     same greedy tokens and the same drafts, drafted and accepted tokens; a diff per prompt
     where not. Exit code 1 when they differ."""
     from orchestrator.commands.decode import read_prompts
-    from workloads.models.pair import load_pair, pair_kind, refs
+    from workloads.models.pair import check_drafts, load_pair, pair_kind, refs
     from workloads.serving.config import ServingConfig, ServingError
     from workloads.serving.conformance import check
-    from workloads.serving.vllm import EngineSettings, VllmServer
+    from workloads.serving.vllm import EngineSettings, VllmServer, vllm_python
     from workloads.tasks import get_task
     from workloads.tasks.prompts import format_prompt
 
@@ -41,6 +41,11 @@ def conform(
     if kind.serving_method is None:
         raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
                            "use a DFlash pair")
+    try:
+        check_drafts(pair, pair, draft_tokens, dflash=True)
+    except ValueError as err:
+        raise ServingError(f"--draft-tokens: {err}") from None
+    vllm_python()  # set up, before the pair loads
     config = ServingConfig(method=kind.serving_method, num_speculative_tokens=draft_tokens,
                            max_new_tokens=max_new_tokens)
     if prompts is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from orchestrator.sweep.spec import SpecError, SweepSpec, check_batch_sizes
 from workloads.decoding import DecodeConfig
 from workloads.decoding.engine import check_texts_fit
-from workloads.models.pair import drafter_block, load_tokenizer, max_positions
+from workloads.models.pair import PairError, check_drafts, load_tokenizer, max_positions
 from workloads.tasks.prompts import PromptFormat, format_prompt
 
 
@@ -22,7 +22,12 @@ def pair_prompts(spec: SweepSpec, task, examples: list) -> dict[str, dict[int, s
     out = {}
     for pair in spec.pairs:
         limit = max_positions(pair.load_spec())
-        check_drafts(spec, pair, limit)
+        drafts = max(spec.dimension_values().get("num_speculative_tokens", [0]))
+        dflash = "dflash" in spec.dimension_values().get("method", [])
+        try:
+            check_drafts(pair.name, pair.load_spec(), drafts, dflash)
+        except PairError as err:
+            raise SpecError(f"spec: space.num_speculative_tokens: {err}") from None
         tokenizer = load_tokenizer(pair.load_spec()) if t.chat or limit else None
         try:
             out[pair.name] = {e.index: format_prompt(task, e, fmt, tokenizer if t.chat else None)
@@ -33,16 +38,3 @@ def pair_prompts(spec: SweepSpec, task, examples: list) -> dict[str, dict[int, s
                                     for i, prompt in out[pair.name].items()}, longest, limit)
     return out
 
-
-def check_drafts(spec: SweepSpec, pair, limit: int | None) -> None:
-    """Refuse vLLM drafts per verification that `pair` cannot hold: as many as its models'
-    positions (`limit`), or more than a DFlash drafter's trained block drafts (block_size − 1)."""
-    drafts = max(spec.dimension_values().get("num_speculative_tokens", [0]))
-    if limit is not None and drafts >= limit:
-        raise SpecError(f"spec: space.num_speculative_tokens: {drafts} drafts do not fit in pair "
-                        f"{pair.name}'s {limit} positions")
-    block = drafter_block(pair.load_spec())
-    if block is not None and drafts > block - 1 and "dflash" in spec.dimension_values().get("method", []):
-        raise SpecError(f"spec: space.num_speculative_tokens: {drafts} is more than the {block - 1} drafts "
-                        f"pair {pair.name}'s DFlash drafter was trained for (its block_size {block}); at "
-                        f"most {block - 1}")

@@ -360,13 +360,20 @@ def max_positions(spec: str | dict) -> int | None:
                             for f in ("drafter", "verifier", "model") if isinstance(spec.get(f), str)])
 
 
-def drafter_block(spec: str | dict) -> int | None:
-    """The block a DFlash drafter was trained on (`dflash_config.block_size`: the anchor and
-    block_size − 1 drafts), read without loading it; None for other pairs or when not here."""
+def check_drafts(name: str, spec: str | dict, drafts: int, dflash: bool) -> None:
+    """PairError unless a verification of `drafts` draft tokens fits pair `name`: fewer than
+    its models' positions and, drafted by its DFlash drafter (`dflash`), at most the block
+    that drafter was trained on (`dflash_config.block_size`: the anchor and block_size − 1
+    drafts). Read from local configs without loading; what is not here is not checked."""
+    limit = max_positions(spec)
+    if limit is not None and drafts >= limit:
+        raise PairError(f"{drafts} drafts do not fit in pair {name}'s {limit} positions")
     _, spec = _resolve(spec)
     config = _config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
     block = ((config or {}).get("dflash_config") or {}).get("block_size")
-    return block if isinstance(block, int) else None
+    if dflash and isinstance(block, int) and drafts > block - 1:
+        raise PairError(f"{drafts} is more than the {block - 1} drafts pair {name}'s DFlash drafter was "
+                        f"trained for (its block_size {block}); at most {block - 1}")
 
 
 def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
