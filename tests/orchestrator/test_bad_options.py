@@ -114,7 +114,8 @@ def test_a_serving_sweep_without_vllm_set_up_is_refused_before_anything_is_writt
 
 def test_conform_with_more_drafts_than_the_drafter_was_trained_for_is_refused_before_it_loads():
     one_line_error(runner.invoke(app, ["conform", "--draft-tokens", "8"]),
-                   "--draft-tokens: 8 is more than the 7 drafts pair toy-dflash's DFlash drafter was trained for")
+                   "--draft-tokens: 8 is more than the 7 drafts pair toy-dflash's DFlash drafter was trained "
+                   "for")
 
 
 def test_bench_batch_serves_in_vllm_only_a_dflash_pair():
