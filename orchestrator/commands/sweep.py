@@ -132,13 +132,20 @@ def _progress_bar(console, spec):
 
 def _report(console, spec, driver, study, seconds: float) -> None:
     """After a sweep: its frontier, where its MLflow runs are, the timing of its controls."""
-    from orchestrator.analysis.summary import frontier_rows
+    from orchestrator.analysis.export import recommendation
+    from orchestrator.analysis.summary import failure_lines, frontier_rows
     from orchestrator.analysis.timing import describe, timing_report
     from orchestrator.sweep.runs import ui_link
     from orchestrator.sweep.tracking import trial_run_ids
 
     rows = frontier_rows(spec, study, trial_run_ids(study))
     console.print(_table(f"frontier of {spec.name} ({len(rows)} trials; {seconds:.0f} s)", spec, rows))
+    if rows:
+        console.print(f"which to deploy (the fastest at each batch size or concurrency and accuracy floor; "
+                      f"specsweep export {spec.name} --out DIR writes these files):", markup=False,
+                      highlight=False)
+        for line in recommendation(spec, rows):
+            console.print(f"  {line}", markup=False, highlight=False)
     uri, recorder = driver.tracking_uri, driver.recorder
     link = ui_link(uri if uri.startswith("http") else "http://127.0.0.1:5000", recorder.tracker.experiment_id)
     serve = "" if uri.startswith("http") else (
@@ -147,6 +154,8 @@ def _report(console, spec, driver, study, seconds: float) -> None:
                   f"{recorder.parent_run}); browse: {serve}open {link}")
     for line in describe(timing_report(study)):
         console.print(line)
+    for line in failure_lines(study):
+        console.print(line, markup=False, highlight=False)
     if driver.progress.note:
         console.print(driver.progress.note)
 
@@ -238,7 +247,14 @@ def export(
     and the sweep's plots. With --verify-vllm, exit code 1 when vLLM decodes an export
     otherwise than measured; with --check-sglang, when SGLang's parser reads its flags
     otherwise than meant."""
-    from orchestrator.analysis.export import check_out, export_configs, parse_floors, parse_where
+    from orchestrator.analysis.export import (
+        check_out,
+        export_configs,
+        matching,
+        parse_floors,
+        parse_where,
+        recommendation,
+    )
     from orchestrator.analysis.summary import all_failed, frontier_rows
     from orchestrator.sweep.study import SweepError, load_sweep
     from orchestrator.sweep.tracking import trial_run_ids
@@ -270,8 +286,12 @@ def export(
     for p in paths:
         typer.echo(str(p))
     if not paths:
-        print("error: no frontier config matches --where", file=sys.stderr)
+        print(f"error: no frontier config matches --where {where!r}", file=sys.stderr)
         raise typer.Exit(1)
+    typer.echo(f"which to deploy (as {out / 'routes.yaml'}: the fastest at each batch size or concurrency "
+               "and accuracy floor):")
+    for line in recommendation(spec, matching(study, rows, where), levels):
+        typer.echo(f"  {line}")
     if predictor is not None:
         from orchestrator.analysis.prediction import predict_exports
 

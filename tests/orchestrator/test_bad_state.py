@@ -223,4 +223,5 @@ def test_exporting_a_sweep_with_no_finished_trial_says_so(tmp_path):
                            "(specsweep status bad)")
     assert not out.exists()
     status = runner.invoke(app, ["status", GOOD["name"], "--root", str(tmp_path)])
-    assert "first failure (trial 0): engine: vllm exited (1) while starting" in status.output
+    assert "trial 0 failed: engine: vllm exited (1) while starting" in status.output
+    assert "trial 1 failed: a later one" in status.output

@@ -91,18 +91,33 @@ class EngineSettings:
         speculative = config.speculative_config(checkpoints.get("drafter"))
         return cls(checkpoints["verifier"], None if speculative is None else json.dumps(speculative))
 
-    def arguments(self) -> list[str]:
-        # no prefix cache: a measurement serves the same prompts again (its warm-up, the next
-        # trial, a control on the same server), which would then skip their prefill
-        args = ["--model", self.model, "--dtype", self.dtype, "--enforce-eager", "--no-enable-prefix-caching"]
+    def options(self) -> dict:
+        """The server's options as `vllm serve --config FILE` reads them (a YAML mapping of its
+        long option names: true a flag, false its --no- form, a mapping a JSON argument); an
+        export writes this, so a deployment starts as the measurement did. Eager and float32:
+        the CPU build has no kernels for the alternatives. No prefix cache: a measurement serves
+        the same prompts again (its warm-up, the next trial, a control on the same server),
+        which would then skip their prefill."""
+        options: dict = {"model": self.model, "dtype": self.dtype, "enforce-eager": True,
+                         "enable-prefix-caching": False}
         if self.speculative is not None:
-            args += ["--speculative-config", self.speculative]
+            options["speculative-config"] = json.loads(self.speculative)
         if self.max_model_len is not None:
-            args += ["--max-model-len", str(self.max_model_len)]
+            options["max-model-len"] = self.max_model_len
+        return options
+
+    def arguments(self) -> list[str]:
+        """`options` on the command line, as vLLM's config-file reader turns them into one."""
+        args: list[str] = []
+        for key, value in self.options().items():
+            if isinstance(value, bool):
+                args.append(f"--{key}" if value else f"--no-{key}")
+            else:
+                args += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
         return args
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -113,7 +128,7 @@ class VllmServer:
 
     def __init__(self, settings: EngineSettings, log_dir: Path | None = None):
         self.settings = settings
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="vllm-", dir=log_dir))
         self.log = self.dir / "server.log"

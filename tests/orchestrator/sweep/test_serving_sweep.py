@@ -1,10 +1,14 @@
 """A sweep under the vllm engine, for real (`make vllm`): Ray worker, vLLM servers, MLflow."""
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import torch
@@ -13,9 +17,11 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.cli import app
 from orchestrator.sweep.serving import START_TRIES
+from orchestrator.sweep.tracking import logged_records
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
-from workloads.models.pair import BUNDLED
+from workloads.models.pair import BUNDLED, load_tokenizer
+from workloads.serving.vllm import CPU_ENV, QUIET_ENV, Counters, free_port, vllm_python
 
 pytestmark = needs_vllm
 
@@ -87,3 +93,62 @@ def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
     assert ("error: every trial failed (1); the first (trial 0): ServingError: engine: vllm exited (1) while "
             "starting: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
             "Value error, Model architectures ['NoSuchForCausalLM'] are not supported") in said
+
+
+CLIENT = """
+import json, sys
+from openai import OpenAI
+url, model, prompt, tokens = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+answer = OpenAI(base_url=url + "/v1", api_key="unused").completions.create(
+    model=model, prompt=prompt, max_tokens=tokens, temperature=0, extra_body={"return_token_ids": True,
+                                                                              "skip_special_tokens": False})
+print(json.dumps(answer.choices[0].model_dump()["token_ids"]))
+"""
+
+
+def serve_export(config: Path, record: dict, tokens: int) -> tuple[list[int], Counters]:
+    """`vllm serve --config` of an exported file, as a user runs it (on a free port): the tokens
+    the `openai` client gets for `record`'s prompt, and the spec-decode counters after it."""
+    python = vllm_python()
+    port = free_port()
+    command = [str(python.parent / "vllm"), "serve", "--config", str(config), "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True, env={**os.environ, **CPU_ENV, **QUIET_ENV})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert server.poll() is None, "vllm serve exited"
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2):
+                break
+            time.sleep(1)
+        model = yaml.safe_load(config.read_text())["model"]
+        ids = load_tokenizer("toy-dflash")(record["prompt"]).input_ids
+        answer = subprocess.run([str(python), "-c", CLIENT, url, model, json.dumps(ids), str(tokens)],
+                                capture_output=True, text=True, check=True)
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            counters = Counters.parse(response.read().decode())
+        return json.loads(answer.stdout), counters
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_an_export_is_served_by_vllm_serve_as_written_and_answers_as_measured(tmp_path):
+    data = {**GOOD, "name": "deploy", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 2},
+            "space": {"engine": ["vllm"], "method": ["dflash"], "num_speculative_tokens": [3],
+                      "concurrency": [1], "max_new_tokens": 16}, "serving": {"repeats": 1}}
+    assert runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)]).exit_code == 0
+    out = tmp_path / "exported"
+    result = runner.invoke(app, ["export", "deploy", "--root", str(tmp_path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = yaml.safe_load((out / "trial0.yaml").read_text())
+    assert list(document)[0] == "serve" and document["serve"] == "vllm serve --config trial0.vllm.yaml"
+    options = yaml.safe_load((out / "trial0.vllm.yaml").read_text())
+    assert options["speculative-config"]["num_speculative_tokens"] == 3
+    measured = ("float32", True, False)  # the engine settings of the measurement
+    assert (options["dtype"], options["enforce-eager"], options["enable-prefix-caching"]) == measured
+    client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
+    record = logged_records(client, document["provenance"]["mlflow_run_id"])[0]
+    tokens, counters = serve_export(out / "trial0.vllm.yaml", record, 16)
+    assert tokens == record["token_ids"]  # what the sweep measured, token for token
+    assert counters.drafted > 0 and counters.iterations > 0  # and it speculated

@@ -4,7 +4,6 @@ step that failed, never duplicated; what stays unsent is saved and replayed next
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.sweep.tracking import Tracker, TrackingError, TrialLog
+from workloads.serving.vllm import free_port
 
 pytestmark = pytest.mark.slow  # real sweeps against MLflow servers
 
@@ -93,17 +93,11 @@ def test_unsent_logs_are_saved_and_replayed_by_the_next_session(tmp_path):
     assert [r.data.tags["specsweep.trial"] for r in trial_runs(again)] == ["1"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A real `mlflow server` on loopback (about 10 s to start), shared by this module."""
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1",
          "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 's.db'}",
