@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import sys
 from collections.abc import Callable
@@ -27,3 +28,9 @@ def user_errors(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def did_you_mean(word: str, known) -> str:
+    """` (did you mean 'x'?)` for the closest of `known` to a misspelt `word`, else ''."""
+    close = difflib.get_close_matches(word, [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

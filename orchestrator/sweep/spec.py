@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from orchestrator.analysis.metrics import TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
+from orchestrator.errors import did_you_mean
 from orchestrator.sweep.engines import SERVING, serving_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
@@ -292,7 +293,8 @@ def _check_space(spec: SweepSpec) -> None:
         raise SpecError("spec: space: empty; give at least one dimension (e.g. schedule: [linear, packed])")
     for key in spec.space:
         if key not in DIMENSIONS:
-            raise SpecError(f"spec: space.{key}: unknown dimension; known: {', '.join(DIMENSIONS)}")
+            raise SpecError(f"spec: space.{key}: unknown dimension{did_you_mean(key, DIMENSIONS)}; known: "
+                            f"{', '.join(DIMENSIONS)}")
     dims = spec.dimension_values()
     _check_size(spec, dims)
     blocks = dims.get("block", [DecodeConfig.block])
@@ -344,7 +346,18 @@ def _check_space(spec: SweepSpec) -> None:
 def _first(err: ValidationError) -> str:
     e = err.errors()[0]
     where = ".".join(str(p) for p in e["loc"])
-    return f"{where}: {e['msg']}" if where else e["msg"]
+    hint = did_you_mean(str(e["loc"][-1]), _field_names(SweepSpec)) if e["type"] == "extra_forbidden" else ""
+    return (f"{where}: {e['msg']}" if where else e["msg"]) + hint
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    """Every key a spec may hold, at any depth (the models nested in `model`'s fields)."""
+    names = set(model.model_fields)
+    for field in model.model_fields.values():
+        for kind in (field.annotation, *getattr(field.annotation, "__args__", ())):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                names |= _field_names(kind)
+    return names
 
 
 def parse_spec(data: Any, source: str = "spec") -> SweepSpec:

@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 import yaml
 
+from orchestrator.errors import did_you_mean
 from orchestrator.files import write_atomic
 from orchestrator.sweep.search import directions, make_sampler, tried_keys
 from orchestrator.sweep.spec import SweepSpec, parse_spec
@@ -86,7 +87,9 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
     """The spec and study of an existing sweep, for status / frontier / export."""
     path = state_dir(root, name)
     if not (path / "spec.yaml").is_file():
-        raise SweepError(f"sweep {name!r}: no state in {path} (run it first: specsweep run SPEC)")
+        swept = [p.parent.name for p in path.parent.glob("*/spec.yaml")]
+        raise SweepError(f"sweep {name!r}: no state in {path}{did_you_mean(name, swept)} (run it first: "
+                         "specsweep run SPEC)")
     spec = parse_spec(yaml.safe_load((path / "spec.yaml").read_text()), str(path / "spec.yaml"))
     check_not_empty(path, spec)
     if not study_exists(path, spec):

@@ -50,6 +50,13 @@ SPECS = {
         {"space": {**SERVED, "method": ["none", "eagle3"]}},
         "spec: space.method: no pair of this sweep can be served with eagle3 (toy serves none, ngram)"),
     "a task seed past 2**32": ({"task": {**GOOD["task"], "seed": 2**70}}, "spec: task.seed"),
+    "a misspelt key": ({"serach": {}},
+                       "spec: serach: Extra inputs are not permitted (did you mean 'search'?)"),
+    "a misspelt nested key": ({"search": {**GOOD["search"], "samplr": "tpe"}},
+                              "spec: search.samplr: Extra inputs are not permitted (did you mean "
+                              "'sampler'?)"),
+    "a misspelt dimension": ({"space": {**GOOD["space"], "stpes": [1]}},
+                             "spec: space.stpes: unknown dimension (did you mean 'steps'?); known: "),
 }
 
 

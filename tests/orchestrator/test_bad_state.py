@@ -21,6 +21,12 @@ def finished(tmp_path_factory):
     return root
 
 
+def test_a_misspelt_sweep_name_is_answered_with_the_closest_sweep(finished):
+    one_line_error(runner.invoke(app, ["status", "bda", "--root", str(finished)]),
+                   f"sweep 'bda': no state in {finished}/.specsweep/bda (did you mean 'bad'?) (run it "
+                   "first: ")
+
+
 def test_a_frontier_at_a_batch_size_the_sweep_lacks_is_refused(finished):
     one_line_error(runner.invoke(app, ["frontier", "bad", "--root", str(finished), "--batch-size", "8"]),
                    "--batch-size: 8 is not a batch size of sweep bad (1)")
