@@ -126,6 +126,25 @@ def acceptance_figure(curves: dict[str, list[float]], title: str = ""):
     return fig
 
 
+def accept_len_figure(hist: list[int], title: str = ""):
+    """A trial's accept-length histogram: bar j = the verifications that accepted j drafts
+    (analysis.metrics.acceptance_by_position's `accept_len_hist`), its mean marked."""
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=110)
+    ax.bar(range(len(hist)), hist, color="#4c72b0")
+    total = sum(hist)
+    if total:
+        mean = sum(j * n for j, n in enumerate(hist)) / total
+        ax.axvline(mean, color="#c44e52", ls="--", label=f"mean {mean:.2f}")
+        ax.legend(fontsize=8)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("drafts accepted in a verification")
+    ax.set_ylabel("verifications")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
 def _finish(fig, ax, x: str, y: str, title: str, fontsize: float | None = None):
     ax.set_xlabel(LABELS.get(x, x))
     ax.set_ylabel(LABELS.get(y, y))

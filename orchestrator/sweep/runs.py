@@ -83,23 +83,24 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
 
 
 VIEW = "specsweep"  # the experiment's shared view: its key in the UI's ?viewStateShareKey=
-SHOWN_METRICS = ("throughput_ratio", "acceptance_rate", "tokens_per_nfe", "latency_s")
+SHOWN_METRICS = ("throughput_ratio", "mean_accept_len", "tokens_per_nfe", "latency_s")
 SHOWN_PARAMS = ("pair", "batch_size", "schedule", "block", "steps", "threshold", "rule", "leniency",
-                "temperature")
+                "temperature", "method", "num_speculative_tokens", "concurrency")
 
 
 def shared_view(spec) -> str:
     """The MLflow UI's shared view state (an experiment tag `mlflow.sharedViewState.<VIEW>`,
     JSON): trial and baseline runs only, so they are not folded under the parent run, with
-    the objectives, the main metrics and the config as columns, sorted by the first
-    objective, best first."""
-    first, direction = next(iter(spec.objectives.items()))
+    the frontier mark (and feasibility under constraints), the objectives, the main metrics
+    and the config as columns, frontier runs first."""
     metrics = [*spec.objectives, *(m for m in SHOWN_METRICS if m not in spec.objectives)]
+    feasible = ["tags.`specsweep.feasible`"] if spec.constraints else []
     return json.dumps({
         "searchFilter": "tags.`specsweep.role` = 'trial'",
-        "orderByKey": f"metrics.`{first}`", "orderByAsc": direction == "min",
-        "selectedColumns": ["attributes.`Duration`", *(f"metrics.`{m}`" for m in metrics),
-                            *(f"params.`{p}`" for p in SHOWN_PARAMS), "tags.`specsweep.exact`"]})
+        "orderByKey": "tags.`specsweep.frontier`", "orderByAsc": False,  # yes before no
+        "selectedColumns": ["tags.`specsweep.frontier`", *feasible, *(f"metrics.`{m}`" for m in metrics),
+                            *(f"params.`{p}`" for p in SHOWN_PARAMS), "tags.`specsweep.exact`",
+                            "attributes.`Duration`"]})
 
 
 def ui_link(server: str, experiment_id: str) -> str:
@@ -147,6 +148,34 @@ def log_summary(tracker, run: str, spec, study, folder: Path) -> None:
     noisy = sorted(flagged(report))
     if noisy:
         tracker.tag_sweep(run, "specsweep.timing_flagged", ",".join(map(str, noisy)))
+    tracker.tag_runs(decision_tags(spec, study, runs, {r["trial"] for r in rows}))
+    tracker.describe(run, description(spec, len(rows)))
+
+
+def decision_tags(spec, study, runs: dict, frontier: set[int]) -> dict[str, dict[str, str]]:
+    """Run id -> `specsweep.frontier` (yes | no) and, under constraints, `specsweep.feasible`
+    (yes when every constraint holds: each value <= 0, Optuna's convention) of each trial run,
+    so the runs table marks the decision in a column."""
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    tags = {}
+    for number, run in runs.items():
+        values = {"specsweep.frontier": "yes" if number in frontier else "no"}
+        constraints = trials[number].user_attrs.get("constraints") if number in trials else None
+        if spec.constraints and constraints is not None:
+            values["specsweep.feasible"] = "yes" if all(c <= 0 for c in constraints) else "no"
+        tags[run.info.run_id] = values
+    return tags
+
+
+def description(spec, frontier: int) -> str:
+    """The experiment's and the sweep run's description in the MLflow UI (markdown)."""
+    objectives = ", ".join(f"{m} ({d})" for m, d in spec.objectives.items())
+    constraints = "; ".join(spec.constraints) or "none"
+    return (f"**specsweep sweep `{spec.name}`**: {len(spec.pairs)} pair(s) on task `{spec.task.name}`; "
+            f"objectives {objectives}; constraints {constraints}. {frontier} trial(s) on the frontier: the "
+            "column `specsweep.frontier` marks them (`specsweep.feasible`: the constraints hold). Each trial "
+            "run holds its per-prompt records (`prompts.jsonl`) and its accept-length histogram "
+            "(`accept_len_hist.png`). `specsweep export` writes the configurations to deploy.")
 
 
 def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:

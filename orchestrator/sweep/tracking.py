@@ -23,7 +23,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 
-from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from orchestrator.files import write_atomic  # noqa: E402
@@ -260,8 +260,34 @@ class Tracker:
         if "documents" not in log.steps_done:
             for name, document in sorted(log.documents.items()):
                 self.client.log_text(log.run_id, json.dumps(document), name)
+                if "accept_len_hist" in document:  # and as a picture, on the run's page
+                    picture = name.removesuffix(".json") + ".png"
+                    self._picture(log.run_id, document["accept_len_hist"], picture)
             log.steps_done.append("documents")
         self.client.set_terminated(log.run_id, status=log.status, end_time=log.end_ms)
+
+    def _picture(self, run_id: str, hist: list[int], name: str) -> None:
+        import matplotlib.pyplot as plt
+
+        from orchestrator.analysis.plots import accept_len_figure
+
+        figure = accept_len_figure(hist, "accept-length histogram")
+        try:
+            self.client.log_figure(run_id, figure, name)
+        finally:
+            plt.close(figure)
+
+    def tag_runs(self, tags: dict[str, dict[str, str]]) -> None:
+        """Set tags on many runs (run id -> its tags), one call a run."""
+        for run_id, values in tags.items():
+            self._on_parent("tag the trial runs", self.client.log_batch, run_id,
+                            tags=[RunTag(k, v) for k, v in values.items()])
+
+    def describe(self, run_id: str, text: str) -> None:
+        """The description the MLflow UI shows on the experiment's page and the sweep's run."""
+        self._on_parent("describe the sweep", self.client.set_experiment_tag, self.experiment_id,
+                        "mlflow.note.content", text)
+        self.tag_sweep(run_id, "mlflow.note.content", text)
 
     def flush(self, retries: int = 3, wait_s: float = 1.0) -> bool:
         """Send what is queued, trying `retries` times with growing pauses; True when the

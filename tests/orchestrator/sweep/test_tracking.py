@@ -146,8 +146,10 @@ def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.specsweep"])  # the view the printed link opens
     assert view["searchFilter"] == "tags.`specsweep.role` = 'trial'"
-    assert view["orderByKey"] == "metrics.`throughput_tps`"
+    assert (view["orderByKey"], view["orderByAsc"]) == ("tags.`specsweep.frontier`", False)  # frontier first
+    assert view["selectedColumns"][0] == "tags.`specsweep.frontier`"
     assert "metrics.`accuracy`" in view["selectedColumns"]
+    assert "specsweep sweep `rest`" in tags["mlflow.note.content"]  # the experiment's description
     search = {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}
     runs = _rest(uri, "runs/search", search)["runs"]
     names = sorted(r["info"]["run_name"] for r in runs)
@@ -160,6 +162,11 @@ def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
     assert header.startswith("trial,run,pair,batch_size,schedule,block,effort,rule,leniency,exact,tied,"
                              "throughput_tps")
     assert rows and all(",toy linear B" in row for row in rows)
+    trials = [r for r in runs if r["info"]["run_name"].startswith("toy linear")]
+    marks = [{t["key"]: t["value"] for t in r["data"]["tags"]}["specsweep.frontier"] for r in trials]
+    assert sorted(marks) in (["no", "yes"], ["yes", "yes"])  # the decision, a column of the runs table
+    pictures = {f["path"] for f in _rest(uri, "artifacts/list", run_id=trials[0]["info"]["run_id"])["files"]}
+    assert {"accept_len_hist.json", "accept_len_hist.png"} <= pictures
 
 
 def test_a_server_that_stops_answering_costs_seconds_and_loses_nothing(server, tmp_path, monkeypatch):
