@@ -6,7 +6,7 @@ STAMP := $(VENV)/.specsweep-installed
 # would pull a multi-GB CUDA build); override TORCH to choose another.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint install clean mlflow vllm
+.PHONY: demo test test-fast lint docs install clean mlflow vllm
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -47,7 +47,11 @@ mlflow: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint vllm
+# The documentation site (docs/, mkdocs.yml) into .site/; strict: a broken link fails the build.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+test: lint docs vllm
 	$(PY) -m pytest -q
 
 # The inner loop: everything but the tests marked slow (real sweeps, clusters, simulations).
@@ -55,4 +59,4 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .site
