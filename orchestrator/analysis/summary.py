@@ -10,6 +10,22 @@ from orchestrator.analysis.timing import describe, flagged, timing_report
 from orchestrator.stored import baseline, baselines
 from orchestrator.stored import batch_size as stored_batch_size
 
+SHORT = {"throughput_tps": "tok/s", "throughput_ratio": "ratio", "accuracy": "acc",  # table headers
+         "mean_accept_len": "acc len", "acceptance_rate": "acc rate", "latency_s": "latency",
+         "tokens_per_nfe": "tok/NFE"}
+
+
+def config_label(config: dict) -> str:
+    """A configuration in a few words, as a table row reads it: `linear B8 K=1 λ0.5` in
+    specsweep's engine; in vLLM its method and num_speculative_tokens, `dflash n=3`."""
+    shown = columns(config)
+    if config.get("engine") == "vllm":
+        drafts = config["num_speculative_tokens"]
+        return config["method"] + (f" n={drafts}" if drafts else "")
+    rule = {"lossless": "lossless", "linear": "λ{:g}", "cactus": "δ{:g}",
+            "match": "match λ{:g}"}[shown["rule"]]
+    return f"{shown['schedule']} B{shown['block']} {shown['effort']} {rule.format(shown['leniency'])}"
+
 
 def effort(config: dict) -> str:
     """A config's drafting effort as the tables and plots show it: `τ=<threshold>` or `K=<steps>`."""

@@ -46,8 +46,8 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     while _engines() - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _engines() - before  # the workers' servers left no engine process behind
-    assert "vllm dflash" in result.output and "2/2 failed 0" in result.output
-    assert "throughput_ratio" in result.output  # against vLLM without speculation, per concurrency
+    assert "dflash n=3" in result.output and "2/2 failed 0" in result.output
+    assert "x the speed without speculation" in result.output  # vLLM unspeculative, per concurrency
     client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
     runs = {r.data.params.get("method"): r for r in client.search_runs(
         [client.get_experiment_by_name("served").experiment_id]) if r.data.params.get("engine") == "vllm"}
