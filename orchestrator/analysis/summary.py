@@ -22,6 +22,8 @@ def config_label(config: dict) -> str:
     if config.get("engine") == "vllm":
         drafts = config["num_speculative_tokens"]
         return config["method"] + (f" n={drafts}" if drafts else "")
+    if config["schedule"] == "ar":
+        return "ar"
     rule = {"lossless": "lossless", "linear": "λ{:g}", "cactus": "δ{:g}",
             "match": "match λ{:g}"}[shown["rule"]]
     return f"{shown['schedule']} B{shown['block']} {shown['effort']} {rule.format(shown['leniency'])}"

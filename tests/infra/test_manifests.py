@@ -1,5 +1,5 @@
 """Launcher configs, manifests and the image definition: parsed, required fields present,
-GPU requests set, image and commands consistent with each other and the README."""
+GPU requests set, image and commands consistent with each other and the cluster docs."""
 
 import re
 from pathlib import Path
@@ -94,9 +94,8 @@ def test_dockerfile_is_cuda_based_non_root_and_installs_the_repo():
     assert "HEALTHCHECK" not in text
 
 
-def test_readme_commands_match_the_infra():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Running on a cluster") :]
+def test_the_cluster_docs_commands_match_the_infra():
+    section = (ROOT / "docs" / "cluster.md").read_text()
     for needed in (
         "infra/docker/Dockerfile",
         "infra/ray/cluster-aws.yaml",

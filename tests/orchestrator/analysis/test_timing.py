@@ -85,7 +85,7 @@ def test_a_baseline_slowed_while_it_ran_leaves_the_trial_ratios_alone(throttled)
         naive = m["throughput_tps"] / baseline_tps  # what a ratio against the full baseline says
         assert naive > 2 * m["throughput_ratio"]
         # against its controls the trial is as fast as speculation makes it on the toy pair
-        # (1.2-2x `ar`, README), whatever the baseline went through
+        # (1.2-2x `ar`, docs/results.md), whatever the baseline went through
         assert 0.8 < m["throughput_ratio"] < 3.5
         assert m["throughput_ratio_lo"] <= m["throughput_ratio"] <= m["throughput_ratio_hi"]
 
