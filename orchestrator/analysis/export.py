@@ -162,11 +162,12 @@ def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
     return table
 
 
-def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[str]:
+def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, folder: str = "") -> list[str]:
     """What to deploy, one line per batch size (concurrency, under vLLM) and file: routes'
     pick for each accuracy floor it meets, how to serve it, and why: its speed ratio against
     its own controls (with its 95% interval where one was computed), accuracy and mean
-    acceptance length; a warning where its timing was flagged."""
+    acceptance length; a warning where its timing was flagged. Files are named under
+    `folder` (the export's, where one was written)."""
     by_trial = {r["trial"]: r for r in rows}
     picks: dict[tuple[int, int], list[float]] = {}
     for route in routes(rows, floors):
@@ -182,14 +183,15 @@ def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS) -
         if "throughput_ratio" in m:
             interval = (f" [{m['throughput_ratio_lo']:.2f}, {m['throughput_ratio_hi']:.2f}]"
                         if "throughput_ratio_lo" in m else "")
-            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed without speculation")
+            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed of "
+                       + ("vLLM without speculation" if vllm else "ar"))
         why.append(f"accuracy {m.get('accuracy', float('nan')):.3g}")
         if m.get("mean_accept_len"):
             why.append(f"accept length {m['mean_accept_len']:.2f}")
         pair = next(p.load_spec() for p in spec.pairs if p.name == row["pair"])
         serving = serving_settings(spec.pair_kinds.get(row["pair"]), pair, row["config"])
-        serve = _serve_line(f"trial{trial}", serving)
-        lines.append(f"{where}, {floor}: trial{trial}.yaml ({serve}): {', '.join(why)}"
+        serve = _serve_line(f"{folder}trial{trial}", serving)
+        lines.append(f"{where}, {floor}: {folder}trial{trial}.yaml ({serve}): {', '.join(why)}"
                      + ("; warning: timing flagged (its controls ran far from the sweep's typical speed)"
                         if row.get("timing_flagged") else ""))
     return lines or [f"none: no frontier configuration reaches accuracy {min(floors):g}, the lowest floor "

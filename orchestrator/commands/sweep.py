@@ -290,7 +290,7 @@ def export(
         raise typer.Exit(1)
     typer.echo(f"which to deploy (as {out / 'routes.yaml'}: the fastest at each batch size or concurrency "
                "and accuracy floor):")
-    for line in recommendation(spec, matching(study, rows, where), levels):
+    for line in recommendation(spec, matching(study, rows, where), levels, f"{out}/"):
         typer.echo(f"  {line}")
     if predictor is not None:
         from orchestrator.analysis.prediction import predict_exports
