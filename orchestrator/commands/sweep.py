@@ -100,7 +100,7 @@ def run(
     _report(console, spec, driver, study, time.time() - start)
     failed = all_failed(study)
     if failed:
-        console.print(f"error: {failed}", markup=False, highlight=False)
+        console.print(f"error: {failed}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -144,8 +144,8 @@ def _report(console, spec, driver, study, seconds: float) -> None:
         console.print(f"which to deploy (the fastest at each batch size or concurrency and accuracy floor; "
                       f"specsweep export {spec.name} --out DIR writes these files):", markup=False,
                       highlight=False)
-        for line in recommendation(spec, rows):
-            console.print(f"  {line}", markup=False, highlight=False)
+        for line in recommendation(spec, rows):  # whole, not wrapped: a line a file to deploy
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     uri, recorder = driver.tracking_uri, driver.recorder
     link = ui_link(uri if uri.startswith("http") else "http://127.0.0.1:5000", recorder.tracker.experiment_id)
     serve = "" if uri.startswith("http") else (
@@ -155,7 +155,7 @@ def _report(console, spec, driver, study, seconds: float) -> None:
     for line in describe(timing_report(study)):
         console.print(line)
     for line in failure_lines(study):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if driver.progress.note:
         console.print(driver.progress.note)
 
