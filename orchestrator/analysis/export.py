@@ -206,6 +206,11 @@ def by_batch_size(rows: list[dict], how: str) -> dict[int, dict]:
     return {size: pick([r for r in rows if r.get("batch_size", 1) == size], rule)[0] for size in sizes}
 
 
+def is_export(path: Path) -> bool:
+    """Whether a written file is a configuration's export (trial<N>.yaml), not its vLLM file."""
+    return path.name.startswith("trial") and not path.name.endswith(".vllm.yaml")
+
+
 def _write(out: Path, document: dict) -> list[Path]:
     """trial<N>.yaml, and beside it trial<N>.vllm.yaml where vLLM serves the configuration:
     the file `vllm serve --config` takes as it is (`serve_options`)."""

@@ -161,10 +161,11 @@ def predict_exports(written: list, predictor: Predictor, say) -> None:
     leave-one-out error there; marked predicted."""
     import yaml
 
+    from orchestrator.analysis.export import is_export
     from orchestrator.files import write_atomic
     from workloads.models.pair import pair_kind
 
-    for path in (p for p in written if p.name.startswith("trial")):
+    for path in filter(is_export, written):
         document = yaml.safe_load(path.read_text())
         if "specsweep_only" not in (document.get("serving") or {}):
             continue

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.analysis.export import is_export
 from workloads.models.pair import load_tokenizer, refs
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
@@ -149,7 +150,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
     from orchestrator.sweep.tracking import logged_records
 
     client, passed = MlflowClient(uri), True
-    for path in (p for p in written if p.name.startswith("trial")):
+    for path in filter(is_export, written):
         document = read_export(path)
         try:
             serving_config(document)
@@ -179,7 +180,7 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
     the file (`serving.sglang_checked`). One line each; whether SGLang read every one as meant."""
     from orchestrator.files import write_atomic
 
-    documents = {p: read_export(p) for p in written if p.name.startswith("trial")}
+    documents = {p: read_export(p) for p in filter(is_export, written)}
     servable = {p: d for p, d in documents.items() if "sglang" in (d.get("serving") or {})}
     for path, document in documents.items():
         if path not in servable:

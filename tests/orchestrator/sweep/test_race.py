@@ -7,7 +7,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.analysis.export import export_configs
+from orchestrator.analysis.export import export_configs, is_export
 from orchestrator.analysis.summary import frontier_rows, status_lines
 from orchestrator.sweep.driver import Driver
 from orchestrator.sweep.race import Race, Rung
@@ -76,7 +76,8 @@ def test_stopped_trials_are_recorded_and_never_reach_the_frontier_or_an_export(r
     rows = frontier_rows(spec, study, trial_run_ids(study))
     assert rows and not {r["trial"] for r in rows} & {t.number for t in stopped}
     export_configs(spec, study, rows, tmp_path)
-    exported = {yaml.safe_load(p.read_text())["provenance"]["trial"] for p in tmp_path.glob("trial*.yaml")}
+    exported = {yaml.safe_load(p.read_text())["provenance"]["trial"] for p in tmp_path.glob("trial*.yaml")
+                if is_export(p)}
     assert exported and not exported & {t.number for t in stopped}
     lines = status_lines(spec, study)
     assert any(line.startswith("cost: ") and "prompt-decodes" in line for line in lines)

@@ -15,6 +15,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
+from orchestrator.analysis.export import is_export
 from orchestrator.cli import app
 from orchestrator.sweep.serving import START_TRIES
 from orchestrator.sweep.tracking import logged_records
@@ -65,7 +66,7 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     result = runner.invoke(app, ["export", "served", "--root", str(tmp_path), "--out", str(out),
                                  "--verify-vllm", "4", "--check-sglang"])
     assert result.exit_code == 0, result.output  # vLLM loads each export and decodes as measured
-    exported = [yaml.safe_load(p.read_text()) for p in out.glob("trial*.yaml")]
+    exported = [yaml.safe_load(p.read_text()) for p in out.glob("trial*.yaml") if is_export(p)]
     verified = [d["serving"]["vllm"]["verified"] for d in exported if "verified" in d["serving"]["vllm"]]
     assert verified and all(v["passed"] and v["tokens_identical"] == v["compared"] for v in verified)
     assert "PASS" in result.output and "prompts 0-1: same" not in result.output
