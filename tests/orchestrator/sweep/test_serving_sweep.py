@@ -76,6 +76,18 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     speculative = [d["serving"]["vllm"]["speculative_config"] for d in exported]
     assert {"method": "dflash", "num_speculative_tokens": 3} in [
         {k: s[k] for k in ("method", "num_speculative_tokens")} for s in speculative if s]
+    # the DFlash export as a user deploys it: `vllm serve --config` of the file beside it
+    document = next(d for d in exported if d["serving"]["vllm"]["speculative_config"])
+    name = f"trial{document['provenance']['trial']}"
+    assert list(document)[0] == "serve" and document["serve"] == f"vllm serve --config {name}.vllm.yaml"
+    options = yaml.safe_load((out / f"{name}.vllm.yaml").read_text())
+    assert options["speculative-config"]["num_speculative_tokens"] == 3
+    measured = ("float32", True, False)  # the engine settings of the measurement
+    assert (options["dtype"], options["enforce-eager"], options["enable-prefix-caching"]) == measured
+    record = logged_records(client, document["provenance"]["mlflow_run_id"])[0]
+    tokens, counters = serve_export(out / f"{name}.vllm.yaml", record, 16)
+    assert tokens == record["token_ids"]  # what the sweep measured, token for token
+    assert counters.drafted > 0 and counters.iterations > 0  # and it speculated
 
 
 def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
@@ -133,23 +145,3 @@ def serve_export(config: Path, record: dict, tokens: int) -> tuple[list[int], Co
     finally:
         os.killpg(server.pid, signal.SIGKILL)
 
-
-def test_an_export_is_served_by_vllm_serve_as_written_and_answers_as_measured(tmp_path):
-    data = {**GOOD, "name": "deploy", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 2},
-            "space": {"engine": ["vllm"], "method": ["dflash"], "num_speculative_tokens": [3],
-                      "concurrency": [1], "max_new_tokens": 16}, "serving": {"repeats": 1}}
-    assert runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)]).exit_code == 0
-    out = tmp_path / "exported"
-    result = runner.invoke(app, ["export", "deploy", "--root", str(tmp_path), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    document = yaml.safe_load((out / "trial0.yaml").read_text())
-    assert list(document)[0] == "serve" and document["serve"] == "vllm serve --config trial0.vllm.yaml"
-    options = yaml.safe_load((out / "trial0.vllm.yaml").read_text())
-    assert options["speculative-config"]["num_speculative_tokens"] == 3
-    measured = ("float32", True, False)  # the engine settings of the measurement
-    assert (options["dtype"], options["enforce-eager"], options["enable-prefix-caching"]) == measured
-    client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
-    record = logged_records(client, document["provenance"]["mlflow_run_id"])[0]
-    tokens, counters = serve_export(out / "trial0.vllm.yaml", record, 16)
-    assert tokens == record["token_ids"]  # what the sweep measured, token for token
-    assert counters.drafted > 0 and counters.iterations > 0  # and it speculated
