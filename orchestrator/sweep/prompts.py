@@ -3,7 +3,7 @@ what MLflow logs beside each record."""
 
 from __future__ import annotations
 
-from orchestrator.sweep.spec import SpecError, SweepSpec, check_batch_sizes
+from orchestrator.sweep.spec import SpecError, SweepSpec
 from workloads.decoding import DecodeConfig
 from workloads.decoding.engine import check_texts_fit
 from workloads.models.pair import PairError, check_drafts, load_tokenizer, max_positions
@@ -38,3 +38,14 @@ def pair_prompts(spec: SweepSpec, task, examples: list) -> dict[str, dict[int, s
                                     for i, prompt in out[pair.name].items()}, longest, limit)
     return out
 
+
+def check_batch_sizes(spec: SweepSpec, prompts: int) -> None:
+    """Refuse a batch size, or a vLLM concurrency, larger than the task's prompt count: such a
+    batch is never formed (every prompt would go in one smaller batch), nor are that many
+    requests ever in flight, so its results would carry a size that was not measured."""
+    for key in ("batch_size", "concurrency"):
+        over = [b for b in spec.dimension_values().get(key, [1]) if b > prompts]
+        if over:
+            limit = " (task.limit)" if spec.task.limit == prompts else ""
+            raise SpecError(f"spec: space.{key}: {over[0]} is more than the task's {prompts} "
+                            f"prompts{limit}; at most {prompts}")

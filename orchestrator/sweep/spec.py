@@ -392,15 +392,3 @@ def check_runnable(spec: SweepSpec, local: bool) -> None:
     if local and c.slots == "auto" and c.resource not in ("cpu", "gpu"):
         raise SpecError(f"spec: cluster.slots: auto needs a cluster that declares {c.resource!r}; "
                         "give a number of slots for a local run")
-
-
-def check_batch_sizes(spec: SweepSpec, prompts: int) -> None:
-    """Refuse a batch size, or a vLLM concurrency, larger than the task's prompt count: such a
-    batch is never formed (every prompt would go in one smaller batch), nor are that many
-    requests ever in flight, so its results would carry a size that was not measured."""
-    for key in ("batch_size", "concurrency"):
-        over = [b for b in spec.dimension_values().get(key, [1]) if b > prompts]
-        if over:
-            limit = " (task.limit)" if spec.task.limit == prompts else ""
-            raise SpecError(f"spec: space.{key}: {over[0]} is more than the task's {prompts} "
-                            f"prompts{limit}; at most {prompts}")
