@@ -73,14 +73,17 @@ class Engines:
         settings = EngineSettings.of(refs(self.pair_specs[pair]), config)
         slot = (pair, settings.speculative is not None)
         server = self.servers.get(slot)
-        if server is not None and server.settings == settings and not server.alive():
-            log.warning("vLLM server %s (%s) died; starting it again (log: %s)", server.url,
-                        "speculative" if slot[1] else "control", server.log)
-            self.restarts += 1
-        if server is not None and (server.settings != settings or not server.alive()):
-            server.stop()
-            del self.servers[slot]
-            server = None
+        if server is not None:
+            same = server.settings == settings
+            alive = same and server.alive()  # one health check a call
+            if same and not alive:
+                log.warning("vLLM server %s (%s) died; starting it again (log: %s)", server.url,
+                            "speculative" if slot[1] else "control", server.log)
+                self.restarts += 1
+            if not alive:
+                server.stop()
+                del self.servers[slot]
+                server = None
         started = 0.0
         if server is None:
             server = self._start(settings)
