@@ -30,3 +30,11 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+def write_yaml(path: Path, data) -> None:
+    """`data` as YAML, keys in their order and no line folded (an export's first line, its
+    `serve:` command, stays one line however long), written whole (`write_atomic`)."""
+    import yaml
+
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False, width=float("inf")))

@@ -14,11 +14,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from orchestrator.analysis.serving import dflash_serving, k_schedule, sglang_flags
 from orchestrator.analysis.timing import timing_report
-from orchestrator.files import write_atomic
+from orchestrator.files import write_yaml
 from orchestrator.stored import baseline
 from orchestrator.sweep.spec import NUMBER
 from workloads.models.pair import refs
@@ -219,9 +217,8 @@ def _write(out: Path, document: dict) -> list[Path]:
     vllm = (document.get("serving") or {}).get("vllm")
     if vllm is not None:
         written.append(out / f"{name}.vllm.yaml")
-        write_atomic(written[1], yaml.safe_dump(serve_options(document["pair"], vllm["speculative_config"]),
-                                                sort_keys=False))
-    write_atomic(written[0], yaml.safe_dump(document, sort_keys=False))
+        write_yaml(written[1], serve_options(document["pair"], vllm["speculative_config"]))
+    write_yaml(written[0], document)
     return written
 
 
@@ -336,14 +333,14 @@ def export_configs(
     for row in chosen:
         written += _write(out, _document(spec, study, row, pairs, timing))
     table = routes(kept, floors)
-    write_atomic(out / "routes.yaml", yaml.safe_dump({"sweep": spec.name, "routes": table}, sort_keys=False))
+    write_yaml(out / "routes.yaml", {"sweep": spec.name, "routes": table})
     mapping = {size: _document(spec, study, row, pairs, timing)
                for size, row in by_batch_size(kept, how).items()}
     body = {"sweep": spec.name, "by_batch_size": mapping}
     schedule = k_schedule({size: document.get("serving") for size, document in mapping.items()})
     if schedule is not None:  # one vLLM server that drafts as chosen at each batch size
         body["vllm"] = {"speculative_config": schedule}
-    write_atomic(out / "by_batch_size.yaml", yaml.safe_dump(body, sort_keys=False))
+    write_yaml(out / "by_batch_size.yaml", body)
     written.append(out / "by_batch_size.yaml")
     for row in table:  # a route names a file: make sure it exists even when --pick left it out
         if row["trial"] is not None and not (out / row["file"]).exists():

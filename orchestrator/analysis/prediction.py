@@ -162,7 +162,7 @@ def predict_exports(written: list, predictor: Predictor, say) -> None:
     import yaml
 
     from orchestrator.analysis.export import is_export
-    from orchestrator.files import write_atomic
+    from orchestrator.files import write_yaml
     from workloads.models.pair import pair_kind
 
     for path in filter(is_export, written):
@@ -176,7 +176,16 @@ def predict_exports(written: list, predictor: Predictor, say) -> None:
             "predicted": True, "calibrated_on": predictor.sweep, "by_concurrency": by_concurrency,
             "note": "predicted, not measured: the throughput model with vLLM's costs from the calibration "
                     "sweep; validation_error is the model's largest leave-one-out error there"}
-        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
-        say(f"{path.name}: predicted in vLLM " + ", ".join(
-            f"c={c} {p['throughput_tps']:.0f} tok/s ({p['throughput_ratio']:.2f}x, model error up to "
-            f"{p['validation_error']:.0%})" for c, p in by_concurrency.items()))
+        figures = predicted_figures(by_concurrency)
+        document["serve"] += f"; predicted in vLLM: {figures}"  # the first line says it too
+        write_yaml(path, document)
+        say(f"{path.name}: predicted in vLLM {figures}")
+
+
+def predicted_figures(by_concurrency: dict[int, dict]) -> str:
+    """`Predictor.of`'s figures in one line: per concurrency, tokens/s, ratio and the model's
+    largest leave-one-out error there."""
+    def error(p):
+        return "" if p["validation_error"] is None else f", model error up to {p['validation_error']:.0%}"
+    return ", ".join(f"c={c} {p['throughput_tps']:.0f} tok/s ({p['throughput_ratio']:.2f}x{error(p)})"
+                     for c, p in by_concurrency.items())

@@ -16,8 +16,6 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import yaml
-
 from orchestrator.analysis.export import is_export
 from workloads.models.pair import load_tokenizer, refs
 from workloads.serving.config import ServingConfig, ServingError
@@ -146,7 +144,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
     it has one. One line each; whether every check passed."""
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.files import write_atomic
+    from orchestrator.files import write_yaml
     from orchestrator.sweep.tracking import logged_records
 
     client, passed = MlflowClient(uri), True
@@ -162,7 +160,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
         records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
         result = verify(document, first_records(records, n, per_load(document["config"])))
         document["serving"]["vllm"]["verified"] = result.summary()
-        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        write_yaml(path, document)
         say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])
                                 if result.passed else "\n  ".join(result.lines())))
         passed &= result.passed
@@ -178,7 +176,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
 def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> bool:
     """Read each written config's SGLang flags with SGLang's parser and write what it read into
     the file (`serving.sglang_checked`). One line each; whether SGLang read every one as meant."""
-    from orchestrator.files import write_atomic
+    from orchestrator.files import write_yaml
 
     documents = {p: read_export(p) for p in filter(is_export, written)}
     servable = {p: d for p, d in documents.items() if "sglang" in (d.get("serving") or {})}
@@ -197,7 +195,7 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
             say(f"{path.name}: SGLang's parser: {result['error']}")
             continue
         document["serving"]["sglang_checked"] = result
-        write_atomic(path, yaml.safe_dump(document, sort_keys=False))
+        write_yaml(path, document)
         read = ", ".join(f"{k} {v}" for k, v in result["read"].items())
         say(f"{path.name}: {result['parser']} parser reads {read}")
     return all("error" not in r for r in results)

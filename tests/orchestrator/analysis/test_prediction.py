@@ -52,15 +52,16 @@ def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predi
 
     config = {"schedule": "linear", "block": 8, "steps": 2, "threshold": None, "rule": "lossless"}
     metrics = {"mean_accept_len": 3.0, "tokens_per_nfe": 1.5}
-    research = {"pair": "toy-dflash", "config": config, "metrics": metrics,
-                "serving": {"specsweep_only": ["steps 2"]}}
+    research = {"serve": "specsweep only (steps 2)", "pair": "toy-dflash", "config": config,
+                "metrics": metrics, "serving": {"specsweep_only": ["steps 2"]}}
     servable = {**research, "config": {**config, "steps": 1}, "serving": {"vllm": {"speculative_config": {}}}}
     paths = [tmp_path / "trial1.yaml", tmp_path / "trial2.yaml"]
     for path, document in zip(paths, (research, servable)):
-        path.write_text(yaml.safe_dump(document))
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
     said = []
     predict_exports(paths, Predictor(_trials(), "serving"), said.append)
-    written = yaml.safe_load(paths[0].read_text())["serving"]["predicted_vllm"]
+    document = yaml.safe_load(paths[0].read_text())
+    written = document["serving"]["predicted_vllm"]
     assert written["predicted"] is True and written["calibrated_on"] == "serving"
     for c, cost in COSTS.items():  # W = 7, K = 2 drafter passes
         cell = written["by_concurrency"][c]
@@ -68,6 +69,8 @@ def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predi
         assert cell["validation_error"] == 0.0
     assert "predicted_vllm" not in yaml.safe_load(paths[1].read_text())["serving"]
     assert len(said) == 1 and said[0].startswith("trial1.yaml: predicted in vLLM c=1")
+    first = paths[0].read_text().splitlines()[0]  # one line, however long
+    assert first.startswith("serve: 'specsweep only (steps 2); predicted in vLLM: c=1 ") and first.endswith("%)'")
 
 
 def test_a_trial_measured_in_vllm_is_not_predicted():
