@@ -22,14 +22,14 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator.sweep.runs import ui_link
+from orchestrator.sweep.runs import run_link, ui_link
 from workloads.serving.vllm import free_port
 
 
 def shoot(url: str, path: Path, browser: str) -> None:
     """One page, rendered for 20 s of virtual time (the UI is a single-page app)."""
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1600,1000", "--virtual-time-budget=20000", f"--screenshot={path}", url],
+                    "--window-size=1900,1000", "--virtual-time-budget=20000", f"--screenshot={path}", url],
                    check=True, capture_output=True, timeout=120)
     print(f"{path}: {url}")
 
@@ -73,8 +73,8 @@ def main() -> int:
         shoot(ui_link(base, experiment.experiment_id), args.out / "runs_table.png", browser)
         if pictured:
             run = pictured[0].info
-            shoot(f"{base}/#/experiments/{experiment.experiment_id}/runs/{run.run_id}/artifacts/"
-                  "accept_len_hist.png", args.out / "trial_histogram.png", browser)
+            shoot(run_link(base, experiment.experiment_id, run.run_id, "accept_len_hist.png"),
+                  args.out / "trial_histogram.png", browser)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -94,13 +94,15 @@ def shared_view(spec) -> str:
     the frontier mark (and feasibility under constraints), the objectives, the main metrics
     and the config as columns, frontier runs first."""
     metrics = [*spec.objectives, *(m for m in SHOWN_METRICS if m not in spec.objectives)]
-    feasible = ["tags.`specsweep.feasible`"] if spec.constraints else []
+    marks = ["tags.`specsweep.frontier`", *(["tags.`specsweep.feasible`"] if spec.constraints else [])]
+    columns = [*marks, *(f"metrics.`{m}`" for m in metrics), *(f"params.`{p}`" for p in SHOWN_PARAMS),
+               "tags.`specsweep.exact`", "attributes.`Duration`"]
     return json.dumps({
         "searchFilter": "tags.`specsweep.role` = 'trial'",
         "orderByKey": "tags.`specsweep.frontier`", "orderByAsc": False,  # yes before no
-        "selectedColumns": ["tags.`specsweep.frontier`", *feasible, *(f"metrics.`{m}`" for m in metrics),
-                            *(f"params.`{p}`" for p in SHOWN_PARAMS), "tags.`specsweep.exact`",
-                            "attributes.`Duration`"]})
+        # the UI groups columns by kind (tags last) unless an order is given: the marks first
+        "selectedColumns": columns, "columnOrder": columns,
+        "columnWidths": dict.fromkeys(marks, 140)})
 
 
 def ui_link(server: str, experiment_id: str) -> str:
@@ -108,6 +110,14 @@ def ui_link(server: str, experiment_id: str) -> str:
     training (MLflow 3's UI otherwise opens on its GenAI pages, whatever the experiment)."""
     return (f"{server.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}"
             "&workflowType=machine_learning")
+
+
+def run_link(server: str, experiment_id: str, run_id: str, artifact: str = "") -> str:
+    """A run's page (or one of its artifacts) in the MLflow UI at `server`, as model training:
+    the UI keeps the GenAI/model-training choice per browser, GenAI by default."""
+    page = f"/artifacts/{artifact}" if artifact else ""
+    return (f"{server.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}{page}"
+            "?workflowType=machine_learning")
 
 
 COLUMNS = ("trial", "run", "pair", "batch_size", "schedule", "block", "effort", "rule", "leniency", "exact",

@@ -11,6 +11,7 @@ sends the queue, so logging never holds up handing shards to workers.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -84,6 +85,15 @@ def _check_store_path(uri: str) -> None:
 
 
 MODEL_DEVELOPMENT = "custom_model_development"
+
+
+def shown(value: float) -> float:
+    """`value` to 4 significant digits, its integer part whole: round(v, max(0, 3 − ⌊log10 |v|⌋)).
+    MLflow's UI prints a metric as logged (0.7083333333...) and has no display format, so a
+    trial run's metrics are logged so; the study and the exports keep them exact."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, max(0, 3 - math.floor(math.log10(abs(value)))))
 
 
 class TrackingError(ValueError):
@@ -247,8 +257,8 @@ class Tracker:
         if "batch" not in log.steps_done:
             self.client.log_batch(
                 log.run_id,
-                metrics=[Metric(k, float(v), log.end_ms, 0) for k, v in sorted(log.metrics.items())]
-                + [Metric(k, float(v), log.end_ms, step) for k, values in sorted(log.series.items())
+                metrics=[Metric(k, shown(float(v)), log.end_ms, 0) for k, v in sorted(log.metrics.items())]
+                + [Metric(k, shown(float(v)), log.end_ms, step) for k, values in sorted(log.series.items())
                    for step, v in enumerate(values, start=1)],
                 params=[Param(k, str(v)) for k, v in sorted(log.params.items())],
             )

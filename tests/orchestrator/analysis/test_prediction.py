@@ -70,7 +70,8 @@ def test_an_export_vllm_cannot_run_carries_its_predicted_vllm_speed_marked_predi
     assert "predicted_vllm" not in yaml.safe_load(paths[1].read_text())["serving"]
     assert len(said) == 1 and said[0].startswith("trial1.yaml: predicted in vLLM c=1")
     first = paths[0].read_text().splitlines()[0]  # one line, however long
-    assert first.startswith("serve: 'specsweep only (steps 2); predicted in vLLM: c=1 ") and first.endswith("%)'")
+    assert first.startswith("serve: 'specsweep only (steps 2); predicted in vLLM: c=1 ")
+    assert first.endswith("%)'")
 
 
 def test_a_trial_measured_in_vllm_is_not_predicted():

@@ -79,7 +79,8 @@ def test_by_batch_size_export_matches_a_brute_force_frontier_per_batch_size(swep
         assert entry["batch_size"] == size and entry["pair"] == "toy"
         assert entry["config"]["schedule"] == fastest.data.params["schedule"]
         assert entry["exact"] == (fastest.data.params["rule"] == "lossless")
-        assert entry["metrics"]["throughput_tps"] == pytest.approx(fastest.data.metrics["throughput_tps"])
+        logged = fastest.data.metrics["throughput_tps"]  # to 4 significant digits
+        assert entry["metrics"]["throughput_tps"] == pytest.approx(logged, rel=5e-4)
     routes = yaml.safe_load((tmp_path / "routes.yaml").read_text())["routes"]
     assert sorted({r["batch_size"] for r in routes}) == [1, 8]
     assert all((tmp_path / r["file"]).exists() for r in routes if r["file"])

@@ -19,6 +19,7 @@ from orchestrator.sweep.driver import Driver
 from orchestrator.sweep.shards import DEPTH, MIN_SHARD
 from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import SweepError, load_sweep
+from orchestrator.sweep.tracking import shown
 
 pytestmark = pytest.mark.slow  # real Ray sweeps
 
@@ -107,16 +108,21 @@ def test_trials_log_acceptance_by_position_and_the_parent_plots_the_frontiers(sw
         stored = client.download_artifacts(r.info.run_id, "accept_len_hist.json")
         logged = json.loads(Path(stored).read_text())
         history = client.get_metric_history(r.info.run_id, "acceptance_rate_pos")
-        assert sorted((m.step, m.value) for m in history) == list(enumerate(logged["acceptance_rate_pos"], 1))
+        rates = map(shown, logged["acceptance_rate_pos"])
+        assert sorted((m.step, m.value) for m in history) == list(enumerate(rates, 1))
         assert sum(logged["accept_len_hist"]) > 0
 
 
 def test_frontier_equals_brute_force_pareto_over_logged_trials(swept):
     _, all_runs = runs(swept)
-    trials = [r for r in all_runs if "specsweep.trial" in r.data.tags]
-    points = [(r.data.metrics["throughput_tps"], r.data.metrics["accuracy"]) for r in trials]
-    expected = {int(trials[i].data.tags["specsweep.trial"]) for i in pareto_front(points, ("max", "max"))}
     spec, study = load_sweep(swept.root, "t")
+    exact = {t.number: t.user_attrs["metrics"] for t in study.trials}  # MLflow shows 4 digits
+    trials = [int(r.data.tags["specsweep.trial"]) for r in all_runs if "specsweep.trial" in r.data.tags]
+    for r in (r for r in all_runs if "specsweep.trial" in r.data.tags):
+        n = int(r.data.tags["specsweep.trial"])
+        assert r.data.metrics["throughput_tps"] == shown(exact[n]["throughput_tps"])
+    points = [(exact[n]["throughput_tps"], exact[n]["accuracy"]) for n in trials]
+    expected = {trials[i] for i in pareto_front(points, ("max", "max"))}
     assert {t.number for t in frontier_trials(study, spec)} == expected
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.sweep.tracking import Tracker, TrackingError, TrialLog
+from orchestrator.sweep.tracking import Tracker, TrackingError, TrialLog, shown
 from workloads.serving.vllm import free_port
 
 pytestmark = pytest.mark.slow  # real sweeps against MLflow servers
@@ -79,6 +79,21 @@ def test_a_series_is_logged_one_step_a_value_and_documents_as_json_files(tmp_pat
     assert sorted((m.step, m.value) for m in history) == [(1, 0.75), (2, 0.5), (3, 0.25)]
     stored = client.download_artifacts(entry.run_id, "accept_len_hist.json", str(tmp_path))
     assert json.loads(Path(stored).read_text()) == {"accept_len_hist": [1, 1, 1, 1]}
+
+
+def test_metrics_are_logged_to_four_significant_digits_keeping_their_integer_part(tmp_path):
+    t = tracker(tmp_path)
+    entry = log("3")
+    entry.metrics = {"accuracy": 0.708333333, "throughput_tps": 12345.678, "tokens": 97.0,
+                     "drift": -0.0012346}
+    entry.series = {"acceptance_rate_pos": [2 / 3]}
+    t.log_trial(entry)
+    client = MlflowClient(t.uri)
+    assert client.get_run(entry.run_id).data.metrics == {
+        "accuracy": 0.7083, "throughput_tps": 12346.0, "tokens": 97.0, "drift": -0.001235,
+        "acceptance_rate_pos": 0.6667}  # a series' last value
+    assert [m.value for m in client.get_metric_history(entry.run_id, "acceptance_rate_pos")] == [0.6667]
+    assert shown(0.0) == 0.0 and shown(float("inf")) == float("inf") and shown(2.0004) == 2.0
 
 
 def test_unsent_logs_are_saved_and_replayed_by_the_next_session(tmp_path):
@@ -147,7 +162,7 @@ def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
     view = json.loads(tags["mlflow.sharedViewState.specsweep"])  # the view the printed link opens
     assert view["searchFilter"] == "tags.`specsweep.role` = 'trial'"
     assert (view["orderByKey"], view["orderByAsc"]) == ("tags.`specsweep.frontier`", False)  # frontier first
-    assert view["selectedColumns"][0] == "tags.`specsweep.frontier`"
+    assert view["selectedColumns"][0] == view["columnOrder"][0] == "tags.`specsweep.frontier`"  # leftmost
     assert "metrics.`accuracy`" in view["selectedColumns"]
     assert "specsweep sweep `rest`" in tags["mlflow.note.content"]  # the experiment's description
     search = {"experiment_ids": [experiment["experiment_id"]], "max_results": 100}
