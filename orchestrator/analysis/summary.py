@@ -17,16 +17,16 @@ SHORT = {"throughput_tps": "tok/s", "throughput_ratio": "ratio", "accuracy": "ac
 
 def config_label(config: dict) -> str:
     """A configuration in a few words, as a table row reads it: `linear B8 K=1 λ0.5` in
-    specsweep's engine; in vLLM its method and num_speculative_tokens, `dflash n=3`."""
+    specsweep's engine (no rule where it is lossless); in vLLM its method and
+    num_speculative_tokens, `dflash n=3`."""
     shown = columns(config)
     if config.get("engine") == "vllm":
         drafts = config["num_speculative_tokens"]
         return config["method"] + (f" n={drafts}" if drafts else "")
     if config["schedule"] == "ar":
         return "ar"
-    rule = {"lossless": "lossless", "linear": "λ{:g}", "cactus": "δ{:g}",
-            "match": "match λ{:g}"}[shown["rule"]]
-    return f"{shown['schedule']} B{shown['block']} {shown['effort']} {rule.format(shown['leniency'])}"
+    rule = {"lossless": "", "linear": " λ{:g}", "cactus": " δ{:g}", "match": " match λ{:g}"}[shown["rule"]]
+    return f"{shown['schedule']} B{shown['block']} {shown['effort']}{rule.format(shown['leniency'])}"
 
 
 def effort(config: dict) -> str:

@@ -16,37 +16,43 @@ ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sw
 
 def _table(title: str, spec, rows: list[dict]):
     """The frontier rows, narrow enough for 80 columns: the configuration in a few words
-    (summary.config_label), short objective headers; under vLLM the concurrency where
-    specsweep has the batch size. With `predicted_vllm` on them (frontier --predict-vllm), a
-    column per concurrency of the predicted vLLM ratio and the model's error there."""
+    (summary.config_label: a lenient rule and its leniency), short objective headers,
+    no column rules; the batch size only where one is not 1, under vLLM the concurrency;
+    notes (lossy, tied, timing flagged) only where a row has one. With `predicted_vllm` on
+    them (frontier --predict-vllm), a column per concurrency of the predicted vLLM ratio and
+    the model's error there."""
+    from rich import box
     from rich.table import Table
 
     from orchestrator.analysis.summary import SHORT, config_label
 
-    table = Table(title=title)
     # the speed ratio against the trial's own controls (ar, or vLLM without speculation)
     ratio = ["throughput_ratio"] if "throughput_ratio" not in spec.objectives and any(
         "throughput_ratio" in r.get("metrics", {}) for r in rows) else []
     predicted = sorted({c for r in rows for c in (r.get("predicted_vllm") or {})})
-    served = rows and all(r["config"].get("engine") == "vllm" for r in rows)
-    size = "conc" if served else "batch"
-    objectives = [SHORT.get(m, m) for m in (*spec.objectives, *ratio)]
-    for col in ("trial", "pair", size, "configuration", *objectives, *(f"vLLM c={c}" for c in predicted),
-                "exact", "notes"):
-        table.add_column(col, justify="left" if col in ("pair", "configuration", "notes") else "right")
+    served = bool(rows) and all(r["config"].get("engine") == "vllm" for r in rows)
+    sized = served or any(r.get("batch_size", 1) != 1 for r in rows)
+    notes = {r["trial"]: ", ".join(n for n, on in (("lossy", not r["exact"]), ("tied", r.get("tied")),
+                                                   ("timing flagged", r.get("timing_flagged"))) if on)
+             for r in rows}
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    columns = ["trial", "pair", *(["conc" if served else "batch"] if sized else []), "configuration",
+               *(SHORT.get(m, m) for m in (*spec.objectives, *ratio)), *(f"vLLM c={c}" for c in predicted),
+               *(["notes"] if any(notes.values()) else [])]
+    for col in columns:
+        words = col in ("pair", "configuration", "notes")
+        table.add_column(col, justify="left" if words else "right", no_wrap=col != "notes")
     for r in sorted(rows, key=lambda r: (r.get("batch_size", 1), r["trial"])):
         table.add_row(
             str(r["trial"]),
             r["pair"],
-            str(r.get("batch_size", 1)),
+            *([str(r.get("batch_size", 1))] if sized else []),
             config_label(r["config"]),
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
             *(f"{r['metrics']['throughput_ratio']:.2f}x" if "throughput_ratio" in r["metrics"] else "-"
               for _ in ratio),
             *(_predicted_cell((r.get("predicted_vllm") or {}).get(c)) for c in predicted),
-            "yes" if r["exact"] else "lossy",
-            ", ".join(n for n, on in (("tied", r.get("tied")), ("timing flagged", r.get("timing_flagged")))
-                      if on),
+            *([notes[r["trial"]]] if "notes" in columns else []),
         )
     return table
 

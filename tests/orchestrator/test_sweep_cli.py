@@ -263,3 +263,37 @@ def test_sigterm_to_a_sweep_process_acts_as_ctrl_c(tmp_path):
     parents = [r for r in client.search_runs([client.get_experiment_by_name("cli").experiment_id])
                if "mlflow.parentRunId" not in r.data.tags]
     assert [r.info.status for r in parents] == ["KILLED"]
+
+
+def _row(trial, config, batch_size=1, exact=True, **metrics):
+    return {"trial": trial, "pair": "toy-dflash", "batch_size": batch_size, "config": config, "exact": exact,
+            "objectives": metrics, "metrics": metrics, "tied": False, "timing_flagged": trial == 3}
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_the_frontier_table_reads_whole_at_80_columns(served):
+    from rich.console import Console
+
+    from orchestrator.commands.sweep import _table
+    from orchestrator.sweep.spec import parse_spec
+    from workloads.decoding.config import DecodeConfig
+
+    spec = parse_spec({**GOOD, "objectives": {"throughput_ratio": "max", "accuracy": "max",
+                                              "mean_accept_len": "max"}})
+    if served:
+        configs = [{"engine": "vllm", "method": "dflash", "num_speculative_tokens": n, "concurrency": c}
+                   for n, c in ((7, 1), (5, 16))]
+    else:
+        configs = [DecodeConfig(schedule="packed", block=8, steps=4, rule=rule, leniency=leniency).to_dict()
+                   for rule, leniency in (("lossless", 0.0), ("cactus", 0.25))]
+    rows = [_row(n, config, batch_size=16 * n - 15, exact=n == 1, throughput_ratio=2.7033, accuracy=0.70833,
+                 mean_accept_len=4.5696) for n, config in enumerate(configs, 1)]
+    rows.append(_row(3, configs[0], batch_size=1, throughput_ratio=1.234, accuracy=1.0, mean_accept_len=2.0))
+    console = Console(width=80, record=True)
+    console.print(_table("frontier of cli (3 trials; 183 s)", spec, rows))
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= 80 and not any("…" in line for line in lines)
+    text = "\n".join(lines)
+    shown = ("dflash n=7", "conc") if served else ("packed B8 K=4 δ0.25", "packed B8 K=4 ")
+    assert all(label in text for label in shown)
+    assert "lossy" in text and "flagged" in text  # notes (they may wrap) only where a row has one
