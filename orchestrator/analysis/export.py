@@ -19,7 +19,7 @@ from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_yaml
 from orchestrator.stored import baseline
 from orchestrator.sweep.spec import NUMBER
-from workloads.models.pair import refs
+from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig
 from workloads.serving.vllm import EngineSettings
 

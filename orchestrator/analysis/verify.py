@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.analysis.export import is_export
-from workloads.models.pair import load_tokenizer, refs
+from workloads.models.pair import load_tokenizer
+from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
 from workloads.serving.load import serve

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 from orchestrator.bench.selfspec import compare_schedules
 from workloads.decoding import DecodeConfig, decode
-from workloads.models.pair import BUNDLED, load_pair
+from workloads.models.pair import load_pair
+from workloads.models.pairspec import BUNDLED
 from workloads.tasks import get_task
 
 ALPHA = 1e-3

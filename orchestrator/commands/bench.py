@@ -254,7 +254,7 @@ def batch_bench(
     without speculation and with DFlash."""
     from orchestrator.bench import batch
     from orchestrator.bench.decode import arith
-    from workloads.models.pair import BUNDLED, pair_kind
+    from workloads.models.pairspec import BUNDLED, pair_kind
     from workloads.serving.vllm import vllm_python
 
     sizes = batch.parse_sizes(batch_sizes)
@@ -290,7 +290,7 @@ def serve_bench(
     from orchestrator.bench import serving
     from orchestrator.bench.batch import parse_sizes
     from orchestrator.bench.decode import arith
-    from workloads.models.pair import BUNDLED
+    from workloads.models.pairspec import BUNDLED
 
     sizes = parse_sizes(concurrency)
     widths = parse_sizes(k)

@@ -30,7 +30,8 @@ def conform(
     same greedy tokens and the same drafts, drafted and accepted tokens; a diff per prompt
     where not. Exit code 1 when they differ."""
     from orchestrator.commands.decode import read_prompts
-    from workloads.models.pair import check_drafts, load_pair, pair_kind, refs
+    from workloads.models.pair import load_pair
+    from workloads.models.pairspec import check_drafts, pair_kind, refs
     from workloads.serving.config import ServingConfig, ServingError
     from workloads.serving.conformance import check
     from workloads.serving.vllm import EngineSettings, VllmServer, vllm_python

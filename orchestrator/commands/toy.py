@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.errors import user_errors
-from workloads.models.pair import TOY_DIR
+from workloads.models.pairspec import TOY_DIR
 
 app = typer.Typer(help="The bundled toy pair: train it, measure it, watch it decode.",
                   no_args_is_help=True)

@@ -47,7 +47,7 @@ from orchestrator.sweep.study import (
 from orchestrator.sweep.tracking import check_reachable, default_uri
 from orchestrator.sweep.workers import serving
 from workloads.decoding.config import ConfigError
-from workloads.models.pair import PairError
+from workloads.models.pairspec import PairError
 from workloads.serving.vllm import vllm_python
 from workloads.tasks import Example, get_task
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from orchestrator.sweep.spec import SpecError, SweepSpec
 from workloads.decoding import DecodeConfig
 from workloads.decoding.engine import check_texts_fit
-from workloads.models.pair import PairError, check_drafts, load_tokenizer, max_positions
+from workloads.models.pair import load_tokenizer
+from workloads.models.pairspec import PairError, check_drafts, max_positions
 from workloads.tasks.prompts import PromptFormat, format_prompt
 
 

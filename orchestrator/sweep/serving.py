@@ -19,7 +19,7 @@ import logging
 import statistics
 import time
 
-from workloads.models.pair import refs
+from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.load import serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer

@@ -19,7 +19,7 @@ from orchestrator.errors import did_you_mean
 from orchestrator.sweep.engines import SERVING, serving_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
-from workloads.models.pair import PairError, pair_kind
+from workloads.models.pairspec import PairError, pair_kind
 from workloads.tasks import TASKS
 
 # Dimensions of the joint space: DecodeConfig fields, plus δ (`delta`), which is the
@@ -65,7 +65,7 @@ class PairSpec(_Strict):
     verifier: str | None = None
     model: str | None = None
     profile: dict[str, Any] | None = None
-    # Loading options for every model of the pair (workloads/models/pair.py).
+    # Loading options for every model of the pair (workloads/models/pair.py; read without loading in pairspec.py).
     dtype: Literal["bfloat16", "float16", "float32"] | None = None
     device: str | None = None  # cuda in a GPU worker means that worker's GPU
     attn_implementation: str | None = None

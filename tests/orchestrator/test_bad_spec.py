@@ -145,7 +145,7 @@ def test_a_damaged_copy_in_the_hub_cache_is_named_before_anything_runs(tmp_path,
 
 
 def test_a_standalone_drafter_given_as_a_dflash_drafter_is_named_before_anything_runs(tmp_path):
-    from workloads.models.pair import BUNDLED
+    from workloads.models.pairspec import BUNDLED
 
     toy = BUNDLED["toy"]
     spec = {**GOOD, "pairs": [{"name": "wrong", **toy, "profile": {"family": "dflash"}}]}

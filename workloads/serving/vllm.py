@@ -87,7 +87,7 @@ class EngineSettings:
     @classmethod
     def of(cls, checkpoints: dict[str, str], config: ServingConfig) -> EngineSettings:
         """A server for `config` over a pair's checkpoints (`verifier`, and `drafter` where it
-        has its own: workloads.models.pair.refs)."""
+        has its own: workloads.models.pairspec.refs)."""
         speculative = config.speculative_config(checkpoints.get("drafter"))
         return cls(checkpoints["verifier"], None if speculative is None else json.dumps(speculative))
 

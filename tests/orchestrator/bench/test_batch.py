@@ -6,7 +6,7 @@ from orchestrator.bench.batch import batch_comparison, hf_generate, table, vllm_
 from tests.needs_vllm import on_vllm
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models import load_pair
-from workloads.models.pair import BUNDLED
+from workloads.models.pairspec import BUNDLED
 from workloads.tasks import get_task
 
 

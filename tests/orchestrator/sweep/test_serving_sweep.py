@@ -21,7 +21,8 @@ from orchestrator.sweep.serving import START_TRIES
 from orchestrator.sweep.tracking import logged_records
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
-from workloads.models.pair import BUNDLED, load_tokenizer
+from workloads.models.pair import load_tokenizer
+from workloads.models.pairspec import BUNDLED
 from workloads.serving.vllm import CPU_ENV, QUIET_ENV, Counters, free_port, vllm_python
 
 pytestmark = needs_vllm

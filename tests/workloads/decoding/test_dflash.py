@@ -12,7 +12,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.dflash import FeatureTap
-from workloads.models.pair import DFlashPair, PairError, check_dflash_fit
+from workloads.models.pair import DFlashPair, check_dflash_fit
+from workloads.models.pairspec import PairError
 from workloads.models.profiles import resolve
 from workloads.models.tokenizer import build_char_tokenizer
 
@@ -151,7 +152,8 @@ def test_dflash2_proposals_are_distributions_over_the_candidates(tiny_dflash2):
 
 
 def test_an_absent_dflash_checkpoint_is_the_usual_offline_line():
-    from workloads.models.pair import TOY_DIR, load_pair
+    from workloads.models.pair import load_pair
+    from workloads.models.pairspec import TOY_DIR
 
     spec = {"drafter": "z-lab/Nothing-DFlash-b16", "verifier": str(TOY_DIR / "verifier"),
             "profile": {"family": "dflash"}}

@@ -17,7 +17,8 @@ from transformers import (
 
 from workloads.decoding import DecodeConfig, decode
 from workloads.models import pair as pair_module
-from workloads.models.pair import PairError, load_pair
+from workloads.models.pair import load_pair
+from workloads.models.pairspec import PairError
 from workloads.models.tokenizer import build_char_tokenizer
 
 TOK = build_char_tokenizer()

@@ -4,7 +4,8 @@ tests that need it, and the prompts they decode."""
 import pytest
 
 from tests.workloads.serving.engines import DFLASH
-from workloads.models.pair import BUNDLED, load_pair
+from workloads.models.pair import load_pair
+from workloads.models.pairspec import BUNDLED
 from workloads.serving.vllm import EngineSettings, VllmServer
 from workloads.tasks import get_task
 

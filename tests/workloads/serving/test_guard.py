@@ -15,7 +15,7 @@ pytestmark = needs_vllm
 STARTER = """
 import threading, time
 from tests.workloads.serving.engines import DFLASH
-from workloads.models.pair import BUNDLED
+from workloads.models.pairspec import BUNDLED
 from workloads.serving.load import serve
 from workloads.serving.vllm import EngineSettings, VllmServer
 server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH))
@@ -55,7 +55,7 @@ def test_a_guard_killed_outright_still_takes_down_its_server():
     """Ray kills a dead worker's children with SIGKILL, which no handler sees: the guard's
     watchdog does."""
     from tests.workloads.serving.engines import DFLASH
-    from workloads.models.pair import BUNDLED
+    from workloads.models.pairspec import BUNDLED
     from workloads.serving.vllm import EngineSettings, VllmServer
 
     server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH))

@@ -5,7 +5,7 @@ import pytest
 from orchestrator.analysis.serving import dflash_serving
 from tests.needs_vllm import needs_vllm
 from workloads.decoding.kinds import DFLASH
-from workloads.models.pair import refs
+from workloads.models.pairspec import refs
 from workloads.serving.config import ServingError
 from workloads.serving.sglang_flags import check, parser_path
 
