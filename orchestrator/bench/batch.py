@@ -115,13 +115,15 @@ def batch_comparison(pair: Pair, prompts: list[str], sizes: list[int], max_new_t
 
 
 def vllm_columns(pair: Pair, refs: dict, prompts: list[str], sizes: list[int], max_new_tokens: int,
-                 progress: Callable[[str], None] | None = None) -> dict[int, dict]:
+                 progress: Callable[[str], None] | None = None,
+                 blocks: tuple[int, ...] = (4, 8)) -> dict[int, dict]:
     """Per batch size, vLLM serving `prompts` at that concurrency: `vllm_ar_tps` (no
-    speculation) and the best DFlash width's `vllm_dflash_tps` and `vllm_dflash_k`
-    (bench/serving.vllm_rows; `vllm_ar_tps` is the unspeculative load served right after it)."""
+    speculation) and, of the DFlash widths drafting `blocks`, the best one's `vllm_dflash_tps`
+    and `vllm_dflash_k` (bench/serving.vllm_rows; `vllm_ar_tps` is the unspeculative load
+    served right after it). One server a width."""
     from orchestrator.bench.serving import vllm_rows
 
-    widths = sorted({pair.kind.draft_width(block) for block in (4, 8)})
+    widths = sorted({pair.kind.draft_width(block) for block in blocks})
     ids = [pair.tokenizer(p).input_ids for p in prompts]
     rows = vllm_rows(refs, ids, [("dflash", k) for k in widths], sizes, max_new_tokens, progress)
     columns = {}

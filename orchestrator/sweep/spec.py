@@ -65,7 +65,7 @@ class PairSpec(_Strict):
     verifier: str | None = None
     model: str | None = None
     profile: dict[str, Any] | None = None
-    # Loading options for every model of the pair (workloads/models/pair.py; read without loading in pairspec.py).
+    # Loading options for every model of the pair (workloads/models/pair.py).
     dtype: Literal["bfloat16", "float16", "float32"] | None = None
     device: str | None = None  # cuda in a GPU worker means that worker's GPU
     attn_implementation: str | None = None

