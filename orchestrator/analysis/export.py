@@ -21,7 +21,7 @@ from orchestrator.stored import baseline
 from orchestrator.sweep.spec import NUMBER
 from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig
-from workloads.serving.vllm import EngineSettings
+from workloads.serving.vllm import CPU_KV_CACHE_GIB, EngineSettings
 
 _WHERE = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*({NUMBER})\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
 
@@ -217,16 +217,19 @@ def _write(out: Path, document: dict) -> list[Path]:
     vllm = (document.get("serving") or {}).get("vllm")
     if vllm is not None:
         written.append(out / f"{name}.vllm.yaml")
-        write_yaml(written[1], serve_options(document["pair"], vllm["speculative_config"]))
+        cpu = not any(h.get("gpus") for h in document["provenance"]["hardware"])
+        write_yaml(written[1], serve_options(document["pair"], vllm["speculative_config"], cpu))
     write_yaml(written[0], document)
     return written
 
 
-def serve_options(pair: str | dict, speculative: dict | None) -> dict:
+def serve_options(pair: str | dict, speculative: dict | None, cpu: bool) -> dict:
     """`vllm serve --config` options that serve `pair`'s verifier with `speculative` (None: no
-    speculation) under the engine settings the sweep measured with (EngineSettings)."""
+    speculation) under the engine settings the sweep measured with (EngineSettings); measured
+    on CPUs, with their fixed KV cache (vllm.CPU_ENV), which `vllm serve` reads from no file."""
     speculative_json = None if speculative is None else json.dumps(speculative)
-    return EngineSettings(refs(pair)["verifier"], speculative_json).options()
+    cache = CPU_KV_CACHE_GIB << 30 if cpu else None
+    return EngineSettings(refs(pair)["verifier"], speculative_json, kv_cache_bytes=cache).options()
 
 
 def _serve_line(name: str, serving: dict | None) -> str:

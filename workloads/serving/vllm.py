@@ -30,9 +30,11 @@ from workloads.serving.config import ServingConfig, ServingError
 
 ROOT = Path(__file__).resolve().parents[2]
 GUARD = Path(__file__).with_name("guard.py")  # run by the vLLM venv's Python
-# CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache, no
-# thread pinning (workers share the machine's cores)
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+# CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache (the
+# CPU build otherwise reserves 92% of the machine's memory), no thread pinning (workers share
+# the machine's cores)
+CPU_KV_CACHE_GIB = 1
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 QUIET_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
 
 
@@ -80,6 +82,7 @@ class EngineSettings:
     dtype: str = "float32"
     max_model_len: int | None = None
     workaround: bool = True  # the plugin's kernel workaround where the check finds the defect
+    kv_cache_bytes: int | None = None  # a fixed KV cache (CPU_ENV's, written out for a deployment)
 
     def environment(self) -> dict[str, str]:
         return {"SPECSWEEP_VLLM_WORKAROUND": "on" if self.workaround else "off"}
@@ -104,6 +107,8 @@ class EngineSettings:
             options["speculative-config"] = json.loads(self.speculative)
         if self.max_model_len is not None:
             options["max-model-len"] = self.max_model_len
+        if self.kv_cache_bytes is not None:
+            options["kv-cache-memory-bytes"] = self.kv_cache_bytes
         return options
 
     def arguments(self) -> list[str]:

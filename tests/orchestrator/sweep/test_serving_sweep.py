@@ -23,7 +23,7 @@ from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import BUNDLED
-from workloads.serving.vllm import CPU_ENV, QUIET_ENV, Counters, free_port, vllm_python
+from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, Counters, free_port, vllm_python
 
 pytestmark = needs_vllm
 
@@ -85,6 +85,8 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     assert options["speculative-config"]["num_speculative_tokens"] == 3
     measured = ("float32", True, False)  # the engine settings of the measurement
     assert (options["dtype"], options["enforce-eager"], options["enable-prefix-caching"]) == measured
+    if not torch.cuda.is_available():  # measured with CPU_ENV's KV cache: the file says so
+        assert options["kv-cache-memory-bytes"] == CPU_KV_CACHE_GIB << 30
     record = logged_records(client, document["provenance"]["mlflow_run_id"])[0]
     tokens, counters = serve_export(out / f"{name}.vllm.yaml", record, 16)
     assert tokens == record["token_ids"]  # what the sweep measured, token for token
@@ -127,7 +129,7 @@ def serve_export(config: Path, record: dict, tokens: int) -> tuple[list[int], Co
     port = free_port()
     command = [str(python.parent / "vllm"), "serve", "--config", str(config), "--port", str(port)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True, env={**os.environ, **CPU_ENV, **QUIET_ENV})
+                              start_new_session=True, env={**os.environ, **QUIET_ENV})  # no CPU_ENV
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
