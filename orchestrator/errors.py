@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -34,3 +35,13 @@ def did_you_mean(word: str, known) -> str:
     """` (did you mean 'x'?)` for the closest of `known` to a misspelt `word`, else ''."""
     close = difflib.get_close_matches(word, [str(k) for k in known], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def count_text(n: float) -> str:
+    """A count for a message: 1,000,001; 1e+20 past what a message should spell out."""
+    return f"{n:,.0f}" if n < 1e15 else f"{n:.3g}" if math.isfinite(n) else "over 1e+308"
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """A message cut to `limit` characters (a value's repr can be long)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

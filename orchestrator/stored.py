@@ -6,10 +6,14 @@ Study attributes: `baseline:<pair>:<kind>` (below; `<kind>@<b>` at batch size b 
 of worker). Trial attributes: `pair`, `config` (DecodeConfig.to_dict()), `batch_size`
 (absent: 1), `exact`, `metrics`, `constraints` (<= 0 feasible), `control` (the ar
 controls' speed), and for trials that did not finish `error`, `interrupted` (asked again on
-resume) or `duplicate` (pruned, another point asked instead).
+resume) or `duplicate` (pruned, another point asked instead). And in MLflow, each trial
+run's per-prompt records (`RECORDS`, read back by `logged_records`).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 BASELINE = "baseline:"  # study attribute prefix: baseline:<pair>:<kind> -> that baseline's metrics
 
@@ -37,3 +41,15 @@ def baseline(study, pair: str, kind: str = "ar", batch_size: int = 1) -> dict:
 def batch_size(trial) -> int:
     """The batch size a trial decoded at."""
     return int(trial.user_attrs.get("batch_size", 1))
+
+
+RECORDS = "prompts.jsonl"  # a trial run's artifact: one JSON record per prompt
+
+
+def logged_records(client, run_id: str) -> list[dict] | None:
+    """A run's per-prompt records (`RECORDS`) in index order, through an MlflowClient; None
+    when it has none."""
+    if RECORDS not in {a.path for a in client.list_artifacts(run_id)}:
+        return None
+    text = Path(client.download_artifacts(run_id, RECORDS)).read_text()
+    return sorted((json.loads(line) for line in text.splitlines()), key=lambda r: r["index"])

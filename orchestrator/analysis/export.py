@@ -14,11 +14,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from orchestrator.analysis.metrics import NUMBER
 from orchestrator.analysis.serving import dflash_serving, k_schedule, sglang_flags
 from orchestrator.analysis.timing import timing_report
 from orchestrator.files import write_yaml
 from orchestrator.stored import baseline
-from orchestrator.sweep.spec import NUMBER
 from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig
 from workloads.serving.vllm import CPU_KV_CACHE_GIB, EngineSettings

@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 
+NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a bound on a metric: a decimal, exponent allowed
 TRIAL_METRICS = (
     "accuracy",
     "latency_s",

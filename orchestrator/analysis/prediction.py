@@ -123,12 +123,10 @@ def vllm_trials(study) -> list[dict]:
     return out
 
 
-def load_predictor(root, sweep: str, option: str) -> Predictor:
-    """A Predictor calibrated on the vLLM sweep `sweep` under `root`; ValueError naming
-    `option` when it has no finished vLLM trial."""
-    from orchestrator.sweep.study import load_sweep
-
-    trials = vllm_trials(load_sweep(root, sweep)[1])
+def load_predictor(study, sweep: str, option: str) -> Predictor:
+    """A Predictor calibrated on `study`, the vLLM sweep `sweep`; ValueError naming `option`
+    when it has no finished vLLM trial."""
+    trials = vllm_trials(study)
     if not trials:
         raise ValueError(f"{option}: {sweep} has no finished vLLM trials")
     return Predictor(trials, sweep)

@@ -32,7 +32,7 @@ class ExportError(ValueError):
 
 def read_export(path: Path) -> dict:
     """An export's mapping, read with the spec files' safe, bounded loader (one-line errors)."""
-    from orchestrator.sweep.specfile import read_document
+    from orchestrator.documents import read_document
 
     document = read_document(path, "export")
     if not isinstance(document, dict):
@@ -146,7 +146,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
     from mlflow.tracking import MlflowClient
 
     from orchestrator.files import write_yaml
-    from orchestrator.sweep.tracking import logged_records
+    from orchestrator.stored import logged_records
 
     client, passed = MlflowClient(uri), True
     for path in filter(is_export, written):

@@ -174,8 +174,9 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
 
     from mlflow.tracking import MlflowClient
 
+    from orchestrator.stored import logged_records
     from orchestrator.sweep.study import load_sweep
-    from orchestrator.sweep.tracking import logged_records, trial_run_ids
+    from orchestrator.sweep.tracking import trial_run_ids
 
     spec, study = load_sweep(root, sweep)
     if spec.search.sampler != "grid":

@@ -320,7 +320,7 @@ def predict_bench(
     from orchestrator.bench.prediction import predictions, validation_table
     from orchestrator.sweep.study import load_sweep
 
-    predictor = load_predictor(Path(root), serving, "SERVING_SWEEP")
+    predictor = load_predictor(load_sweep(Path(root), serving)[1], serving, "SERVING_SWEEP")
     lines = validation_table(predictor.trials, method)
     if research is not None:
         spec, other = load_sweep(Path(root), research)

@@ -92,7 +92,7 @@ def decode(
 def read_config(path: Path) -> dict:
     """A config file's mapping (the settings, or an export with `config:`, `pair:` and
     `batch_size:`), read within the spec files' bounds."""
-    from orchestrator.sweep.specfile import read_document
+    from orchestrator.documents import read_document
 
     document = read_document(path, "config") or {}
     if not isinstance(document, dict):

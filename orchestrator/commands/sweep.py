@@ -212,7 +212,7 @@ def frontier_cmd(
     if predict_vllm is not None:
         from orchestrator.analysis.prediction import load_predictor
 
-        predictor = load_predictor(root, predict_vllm, "--predict-vllm")
+        predictor = load_predictor(load_sweep(root, predict_vllm)[1], predict_vllm, "--predict-vllm")
         for row in rows:
             kind = spec.pair_kinds.get(row["pair"])
             found = kind and predictor.of(kind, row["config"], row["metrics"])
@@ -280,7 +280,7 @@ def export(
     if predict_vllm is not None:
         from orchestrator.analysis.prediction import load_predictor
 
-        predictor = load_predictor(root, predict_vllm, "--predict-vllm")
+        predictor = load_predictor(load_sweep(root, predict_vllm)[1], predict_vllm, "--predict-vllm")
     check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.analysis.metrics import TRIAL_METRICS
+from orchestrator.analysis.metrics import NUMBER, TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
-from orchestrator.errors import did_you_mean
+from orchestrator.errors import count_text, did_you_mean, shorten
 from orchestrator.sweep.engines import SERVING, serving_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
@@ -41,12 +41,11 @@ LENIENCY = {"linear": "leniency", "match": "leniency", "cactus": "delta"}
 # engine and the vLLM dimensions: engines.py.
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size",
               *SERVING)
-NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a decimal number, exponent allowed
 _CONSTRAINT = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=)\s*({NUMBER})\s*$")
 
 # What a spec may expand to, checked before anything is built; real sweeps stay far below
 # (the shipped ones: 17 values a dimension, 2,040 configurations at most); the file's own
-# bounds are in specfile.py.
+# bounds are in orchestrator/documents.py.
 MAX_VALUES = 10_000  # values of one dimension: a list, or a range's (high - low) / step + 1
 MAX_GRID = 100_000  # configurations of the space: the product of the dimension sizes (and pairs)
 
@@ -262,16 +261,6 @@ def _values(key: str, raw: Any) -> list:
     if len(values) > MAX_VALUES:
         raise SpecError(f"spec: space.{key}: {len(values):,} values; at most {MAX_VALUES:,} a dimension")
     return values
-
-
-def count_text(n: float) -> str:
-    """A count for a message: 1,000,001; 1e+20 past what a message should spell out."""
-    return f"{n:,.0f}" if n < 1e15 else f"{n:.3g}" if math.isfinite(n) else "over 1e+308"
-
-
-def shorten(text: str, limit: int = 200) -> str:
-    """A message cut to `limit` characters (a value's repr can be long)."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _check_size(spec: SweepSpec, dims: dict[str, list]) -> None:

@@ -28,6 +28,7 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from orchestrator.files import write_atomic  # noqa: E402
+from orchestrator.stored import RECORDS  # noqa: E402
 
 
 def default_uri(state_root: Path) -> str:
@@ -265,7 +266,7 @@ class Tracker:
             log.steps_done.append("batch")
         if "table" not in log.steps_done:
             text = "".join(json.dumps(row) + "\n" for row in log.table)
-            self.client.log_text(log.run_id, text, "prompts.jsonl")
+            self.client.log_text(log.run_id, text, RECORDS)
             log.steps_done.append("table")
         if "documents" not in log.steps_done:
             for name, document in sorted(log.documents.items()):
@@ -331,11 +332,3 @@ def trial_run_ids(study) -> dict[int, str]:
     if not uri or not parent:
         return {}
     return {n: run.info.run_id for n, run in trial_runs(MlflowClient(tracking_uri=uri), parent).items()}
-
-
-def logged_records(client: MlflowClient, run_id: str) -> list[dict] | None:
-    """A run's per-prompt records (its prompts.jsonl) in index order; None when it has none."""
-    if "prompts.jsonl" not in {a.path for a in client.list_artifacts(run_id)}:
-        return None
-    text = Path(client.download_artifacts(run_id, "prompts.jsonl")).read_text()
-    return sorted((json.loads(line) for line in text.splitlines()), key=lambda r: r["index"])

@@ -17,8 +17,8 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.analysis.export import is_export
 from orchestrator.cli import app
+from orchestrator.stored import logged_records
 from orchestrator.sweep.serving import START_TRIES
-from orchestrator.sweep.tracking import logged_records
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 from workloads.models.pair import load_tokenizer
