@@ -22,7 +22,7 @@ def test_the_script_refuses_a_machine_without_cuda(tmp_path):
 
 @pytest.mark.slow
 def test_rehearsal_on_cpu_writes_a_passing_report(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "gpu", "--device", "cpu", "--n", "2", "--samples", "40",
+    result = CliRunner().invoke(app, ["bench", "gpu", "--device", "cpu", "--n", "2", "--samples", "100",
                                       "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     report = (tmp_path / "report.md").read_text()
