@@ -68,7 +68,7 @@ def _check_aliases(root: yaml.Node, field: str) -> None:
         node = value
     where = ".".join(path) or "the document"
     raise DocumentError(f"{field}: {shorten(where, 80)}: {count_text(size[id(node)])} YAML nodes with its "
-                    f"aliases (*name) expanded; at most {MAX_NODES:,}")
+                        f"aliases (*name) expanded; at most {MAX_NODES:,}")
 
 
 def read_yaml(text: str, field: str = "spec"):
@@ -93,7 +93,7 @@ def read_document(path: str | Path, field: str = "spec"):
         raise DocumentError(f"{field}: no such file {path}")
     if path.stat().st_size > MAX_BYTES:
         raise DocumentError(f"{field}: {path} is {path.stat().st_size:,} bytes; a {field} is at most "
-                        f"{MAX_BYTES:,}")
+                            f"{MAX_BYTES:,}")
     try:
         return read_yaml(path.read_text(), field)
     except UnicodeDecodeError as err:

@@ -6,6 +6,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from orchestrator.analysis.export import is_export
 from orchestrator.cli import app
 
 runner = CliRunner()
@@ -50,7 +51,7 @@ def test_run_then_status_frontier_export_and_decode(tmp_path):
     out = tmp_path / "exported"
     exported = runner.invoke(app, ["export", "cli", "--root", str(tmp_path), "--out", str(out)])
     assert exported.exit_code == 0, exported.output
-    (path,) = (p for p in out.glob("trial*.yaml") if not p.name.endswith(".vllm.yaml"))
+    (path,) = filter(is_export, out.glob("trial*.yaml"))
     document = yaml.safe_load(path.read_text())
     assert document["exact"] is True and document["provenance"]["trial"] == 0
     assert (out / "routes.yaml").is_file() and (out / "plots" / "frontier-throughput.png").is_file()
@@ -90,7 +91,7 @@ def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_servi
     assert sorted(k for k in study.user_attrs if k.startswith("baseline:")) == ["baseline:toy-dflash:ar"]
     out = tmp_path / "exported"
     assert runner.invoke(app, ["export", "dfl", "--root", str(tmp_path), "--out", str(out)]).exit_code == 0
-    (path,) = (p for p in out.glob("trial*.yaml") if not p.name.endswith(".vllm.yaml"))
+    (path,) = filter(is_export, out.glob("trial*.yaml"))
     serving = yaml.safe_load(path.read_text())["serving"]
     assert serving["vllm"]["speculative_config"]["method"] == "dflash"
     assert serving["vllm"]["speculative_config"]["num_speculative_tokens"] == 3

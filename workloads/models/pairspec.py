@@ -43,7 +43,7 @@ def resolve_pair(spec: str | dict) -> tuple[str, dict]:
 def config_dict(ref: str) -> dict | None:
     """A checkpoint's config.json without loading it: a local directory's, or a hub id's
     from the local hub cache; None when neither is here."""
-    path = Path(ref).expanduser() if looks_like_path(ref) else cached_snapshot(ref)
+    path = Path(ref).expanduser() if looks_like_path(ref) else _cached_snapshot(ref)
     try:
         return json.loads((path / "config.json").read_text()) if path is not None else None
     except (OSError, ValueError):
@@ -115,7 +115,7 @@ def check_model_dir(field: str, path: Path) -> None:
                             f"{8 + length + end}); copy it again")
 
 
-def cached_snapshot(repo_id: str) -> Path | None:
+def _cached_snapshot(repo_id: str) -> Path | None:
     """The folder of `repo_id` in the local hub cache, or None (not cached or not a repo id)."""
     from huggingface_hub import try_to_load_from_cache
 
@@ -144,7 +144,7 @@ def pair_kind(spec: str | dict) -> PairKind:
             if not (Path(ref).expanduser() / "config.json").is_file():
                 raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
             check_model_dir(field, Path(ref).expanduser())
-        elif (cached := cached_snapshot(ref)) is not None:
+        elif (cached := _cached_snapshot(ref)) is not None:
             check_model_dir(field, cached)
     if keys == {"model"}:
         return SELF

@@ -117,10 +117,10 @@ def test_frontier_equals_brute_force_pareto_over_logged_trials(swept):
     _, all_runs = runs(swept)
     spec, study = load_sweep(swept.root, "t")
     exact = {t.number: t.user_attrs["metrics"] for t in study.trials}  # MLflow shows 4 digits
-    trials = [int(r.data.tags["specsweep.trial"]) for r in all_runs if "specsweep.trial" in r.data.tags]
-    for r in (r for r in all_runs if "specsweep.trial" in r.data.tags):
-        n = int(r.data.tags["specsweep.trial"])
+    logged = {int(r.data.tags["specsweep.trial"]): r for r in all_runs if "specsweep.trial" in r.data.tags}
+    for n, r in logged.items():
         assert r.data.metrics["throughput_tps"] == shown(exact[n]["throughput_tps"])
+    trials = list(logged)
     points = [(exact[n]["throughput_tps"], exact[n]["accuracy"]) for n in trials]
     expected = {trials[i] for i in pareto_front(points, ("max", "max"))}
     assert {t.number for t in frontier_trials(study, spec)} == expected
