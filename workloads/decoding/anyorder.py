@@ -18,17 +18,22 @@ proposals as the next draft. The output is the diffusion mode's any-order greedy
 under those orders (Proposition C.1), not the AR mode's, so results say `exact: false`.
 
 The KV cache holds the contiguous accepted prefix minus its last token, from AR-mode rows:
-tokens that join that prefix ride as causal rows of the next call.
+tokens that join that prefix ride as causal rows of the next call. It decodes one prompt
+(a batch of one row: the kind refuses more).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.decoding.calls import CachedModel
+import numpy as np
+import torch
+
 from workloads.decoding.drafting import DraftSettings, slot_logits
-from workloads.decoding.selfspec import call
-from workloads.decoding.state import DecodeState
+from workloads.decoding.layout import Call
+from workloads.decoding.masks import packed
+from workloads.decoding.network import Network
+from workloads.decoding.rows import Rows
 
 
 @dataclass(frozen=True)
@@ -45,10 +50,34 @@ def confidence_order(unresolved: list[int], drafts: dict[int, tuple[int, float]]
     return sorted(unresolved, key=lambda j: (j not in drafts, -drafts[j][1] if j in drafts else 0.0, j))
 
 
-def anyorder_packed(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
+def regions(rows: Rows, model: Network, causal: list[int], canvases: list[tuple[int, list[int]]]
+            ) -> list[torch.Tensor]:
+    """One call of the row's network: `causal` rows (all but the last kept in the cache),
+    then per canvas (h, slots) a region [copy of causal[h], slots] that sees the first h
+    causal rows and itself (masks.packed), dropped. Returns each region's logits."""
+    v = len(causal)
+    ids, offsets = list(causal), [np.arange(v)]
+    for h, slots in canvases:
+        ids += [causal[h]] + slots
+        offsets.append(np.arange(h, h + len(slots) + 1))
+    among = packed(v, [(h, len(slots) + 1) for h, slots in canvases])
+    call = Call(torch.tensor([ids]), model.slots.positions(np.concatenate(offsets)), among[None],
+                np.array([v - 1]), torch.tensor([len(ids)]))
+    logits = rows.call(model, call)[0]
+    out, start = [], v
+    for _, slots in canvases:
+        out.append(logits[start:start + len(slots) + 1])
+        start += len(slots) + 1
+    return out
+
+
+def anyorder_packed(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,
                     width: int) -> list[Step]:
-    mask, eos = settings.mask_token_id, state.out.eos
-    end = state.config.max_new_tokens  # E: the output is positions 0 .. end - 1
+    """Any-order Packed-SS over the batch's one row (prompts: one prompt); returns its
+    iterations, for checking against the serial reference."""
+    (prompt,) = prompts
+    mask, eos = settings.mask_token_id, {rows.eos} - {None}
+    end = rows.config.max_new_tokens  # E: the output is positions 0 .. end - 1
     accepted: dict[int, int] = {}
     drafts: dict[int, tuple[int, float]] = {}  # position -> (token, score)
     pending = list(prompt)  # the contiguous prefix not yet cached, ending with `last`
@@ -64,9 +93,7 @@ def anyorder_packed(state: DecodeState, model: CachedModel, prompt: list[int], s
             shown = {**accepted, **{j: drafts[j][0] for j in order[:r]}}
             slots = [shown.get(j, mask) for j in window] + [mask] * (width - len(window))
             canvases.append((len(pending) - 1, slots))
-        _, regions = call(model, pending, canvases)
-        model.crop(1)  # `last` stays out of the cache
-        predictions = [slot_logits(region, settings) for region in regions]
+        predictions = [slot_logits(region, settings) for region in regions(rows, model, pending, canvases)]
         votes = [int(predictions[r][order[r] - contiguous].argmax()) for r in range(len(canvases))]
         h = next((r for r in range(kappa) if drafts[order[r]][0] != votes[r]), kappa)
         a = min(h + 1, len(order))
@@ -79,15 +106,13 @@ def anyorder_packed(state: DecodeState, model: CachedModel, prompt: list[int], s
         best = probs.max(-1)
         drafts = {j: (int(best.indices[j - contiguous]), float(best.values[j - contiguous]))
                   for j in unresolved if j not in accepted and j < end}
-        state.iterations += 1
-        state.drafted += kappa
-        state.accepted += h
-        state.accept_lengths.append(h)
+        rows.verified(torch.tensor([kappa]), torch.tensor([h]))
         steps.append(Step(order, a))
         grown = contiguous
         while grown in accepted:
             grown += 1
         pending = pending[-1:] + [accepted[j] for j in range(contiguous, grown)]
         contiguous = grown
-    state.out.extend([accepted[j] for j in range(end)])
+    tokens = torch.tensor([[accepted[j] for j in range(end)]])
+    rows.leave(rows.emit(tokens, torch.tensor([end])), [model])
     return steps

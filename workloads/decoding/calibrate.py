@@ -10,13 +10,27 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
-from workloads.decoding.calls import CachedModel, Meter, sync
 from workloads.decoding.config import DecodeConfig
-from workloads.decoding.drafting import DraftSettings, diffusion_draft
+from workloads.decoding.drafters import StandaloneDrafter
+from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.engine import decode, verifier_vocab
 from workloads.decoding.kinds import Pair
+from workloads.decoding.layout import Call
+from workloads.decoding.network import Network, sync
+from workloads.decoding.rows import Rows
+
+
+def _cached(rows: Rows, model, ids: list[int]) -> Network:
+    """A one-row network of `model` whose cache holds `ids` (a causal prefill)."""
+    network = Network(model, 1)
+    if ids:
+        n = torch.tensor([len(ids)])
+        rows.call(network, Call(torch.tensor([ids]), network.slots.positions(np.arange(len(ids))), None,
+                                n.numpy(), n))
+    return network
 
 
 @torch.inference_mode()
@@ -30,6 +44,9 @@ def calibrate(
                                  mask_token_id=pair.profile.mask_token_id, shifted=pair.profile.shifted,
                                  vocab=verifier_vocab(pair), forbidden=pair.profile.forbidden)
                 for k in steps}
+    rows = Rows(DecodeConfig(schedule="linear", block=block, max_new_tokens=max_new_tokens), pair.tokenizer,
+                [generator], verifier_model.device)
+    width = torch.tensor([block])
     tv = {k: [] for k in steps}
     draft_s = {k: [] for k in steps}
     verify_s = []
@@ -39,23 +56,25 @@ def calibrate(
         full = ids + out.token_ids
         for start in range(len(ids), len(full), block):
             prefix = full[:start]
+            last = torch.tensor([prefix[-1]])
             for k in steps:
-                drafter = CachedModel(drafter_model, Meter())
-                drafter.causal(prefix[:-1])
-                sync(drafter.device)
+                drafter = StandaloneDrafter(_cached(rows, drafter_model, prefix[:-1]))
+                drafter.verified(torch.zeros(1, 0, dtype=torch.long), None, torch.zeros(1, dtype=torch.long))
+                sync(verifier_model.device)
                 t0 = time.perf_counter()
-                draft = diffusion_draft(drafter, [], prefix[-1], block, settings[k], generator)
-                sync(drafter.device)
+                tokens, q = drafter.draft(rows, last, width, block, settings[k])
+                sync(verifier_model.device)
                 draft_s[k].append(time.perf_counter() - t0)
-                verifier = CachedModel(verifier_model, Meter())
-                verifier.causal(prefix[:-1])
-                sync(verifier.device)
+                verifier = _cached(rows, verifier_model, prefix[:-1])
+                sync(verifier_model.device)
                 t0 = time.perf_counter()
-                logits = verifier.causal(torch.cat([torch.tensor([prefix[-1]]), draft.tokens.cpu()]))
-                sync(verifier.device)
+                ids = torch.cat([last[:, None], tokens], 1)
+                call = Call(ids, verifier.slots.positions(np.arange(block + 1)), None, None, width + 1)
+                logits = rows.call(verifier, call)[0]
+                sync(verifier_model.device)
                 verify_s.append(time.perf_counter() - t0)
                 p = logits[:block].float().softmax(-1)
-                tv[k] += (0.5 * (p - draft.q.to(p.device)).abs().sum(-1)).tolist()
+                tv[k] += (0.5 * (p - q[0].to(p.device)).abs().sum(-1)).tolist()
     return {
         "steps": steps,
         "d_k": [sum(tv[k]) / len(tv[k]) for k in steps],

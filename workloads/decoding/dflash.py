@@ -9,29 +9,23 @@ here too: the drafter's cache keeps the features of the verified prefix minus it
 token, and the last token enters as the block's anchor row.
 
 `FeatureTap` captures those layers' outputs during the verifier's own calls (forward
-hooks: only the target layers, only the rows of the latest call). `DFlashDrafter` is a
-drafter of the speculative loop (`schedules.Drafter`): it reads the verifier's features of
-each verified row, and its `block` call has the interface of `CachedModel.block`, so
-`drafting.diffusion_draft` runs it unchanged: K = 1 is DFlash's one-pass draft, K > 1 refines
-the block with the unmasking policies, τ as for other drafters. A mask row predicts its own
-position (not shifted).
+hooks: only the target layers, only the rows of the latest call). `DFlashNetwork` runs the
+drafter over every row of a batch; drafters.FeatureDrafter drafts with it as any drafter
+does (drafting.draft): K = 1 is DFlash's one-pass draft, K > 1 refines the block with the
+unmasking policies, τ as for other drafters; drafters.ChainDrafter is DFlash 2's chain. A
+mask row predicts its own position (not shifted).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from workloads.decoding.acceptance import draw
-from workloads.decoding.batch import Batch, Call
-from workloads.decoding.calls import Meter, timed
-from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, slot_logits
 from workloads.decoding.masks import after_slots
-from workloads.decoding.sampling import distribution, point_mass
+from workloads.decoding.network import Meter
 from workloads.decoding.slots import SlotCache
 
 
@@ -71,17 +65,6 @@ class FeatureTap:
             hook.remove()
 
 
-@dataclass
-class Block:
-    """What one row asks of a DFlash drafter: context `features` (n, F) of newly verified
-    tokens (cached afterwards) and the block `ids` (q,) = [last, canvas], from position `start`."""
-
-    features: torch.Tensor
-    ids: torch.Tensor
-    start: int
-    meter: Meter
-
-
 @functools.lru_cache(maxsize=4096)
 def _block_layout(contexts: tuple[int, ...], blocks: tuple[int, ...], n: int, width: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,49 +86,28 @@ class DFlashNetwork:
     """A DFlash drafter serving the rows of one batch: the verifier's embeddings and LM head,
     and the rows' cached context slots."""
 
-    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, batch: Batch):
-        self.model, self.batch = drafter, batch
+    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, rows: int,
+                 slack: float | None = None):
+        self.model = drafter
         self.embed = verifier.get_input_embeddings()
         self.head = getattr(verifier, "lm_head", None) or verifier.get_output_embeddings()
         self.scale = float(_setting(drafter.config, "input_embedding_scale", 1.0))
-        self.slots = SlotCache(batch.size, batch.slack)
+        self.slots = SlotCache(rows, slack)
         self.device = verifier.device
         self.dtype = drafter.dtype
         self.width = len(drafter.target_layer_ids) * drafter.config.hidden_size
         self.work = Meter()  # its forward passes, their token rows (padding included) and time
 
-    def run(self, calls: list[Call]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """One forward over the rows of `calls`: context (R, N, F) and block rows (R, Q, E),
-        padded; the block rows of a row see its valid slots, its own context and its own
-        block. Returns each row's (logits (q, V), block states (q, H))."""
-        requests: list[Block] = [c.request for c in calls]
-        rows = [c.row for c in calls]
-        n = max(r.features.shape[0] for r in requests)
-        width = max(r.ids.shape[0] for r in requests)
-        context = torch.zeros(len(rows), n, self.width, device=self.device, dtype=self.dtype)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(requests):
-            context[i, :r.features.shape[0]] = r.features.to(self.dtype)
-            ids[i, :r.ids.shape[0]] = r.ids.cpu()
-        contexts = torch.tensor([r.features.shape[0] for r in requests])
-        blocks = torch.tensor([r.ids.shape[0] for r in requests])
-        forward, commit = self.prepare(rows, context, contexts, ids, blocks)
-        logits, hidden = timed(self, requests, forward, width)
-        commit()
-        return [(logits[i, :r.ids.shape[0]], hidden[i, :r.ids.shape[0]]) for i, r in enumerate(requests)]
-
-    def prepare(self, rows: list[int], context: torch.Tensor, contexts: torch.Tensor, ids: torch.Tensor,
-                blocks: torch.Tensor):
-        """The forward over `rows`: context features (R, N, F), the first contexts[r] of them
-        row r's newly verified tokens' (cached), and block ids (R, Q), the first blocks[r] of
-        row r's block [last, canvas] (dropped). A row's block sees its valid slots, its
+    def prepare(self, context: torch.Tensor, contexts: torch.Tensor, ids: torch.Tensor, blocks: torch.Tensor):
+        """The forward over every row held: context features (R, N, F), the first contexts[r]
+        of them row r's newly verified tokens' (cached), and block ids (R, Q), the first
+        blocks[r] of row r's block [last, canvas] (dropped). A row's block sees its valid slots, its
         own context and its own block; its context continues its cached positions. Returns
         (forward -> (logits (R, Q, V), block states (R, Q, H)), the commit of its slots)."""
         offsets, among, kept = _block_layout(tuple(contexts.tolist()), tuple(blocks.tolist()),
                                              context.shape[1], ids.shape[1])
-        positions = self.slots.positions(offsets) if rows == self.slots.rows else torch.from_numpy(
-            np.array([self.slots.length(r) for r in rows])[:, None] + offsets)
-        cache, valid = self.slots.view(rows)
+        positions = self.slots.positions(offsets)
+        cache, valid = self.slots.view()
         mask = after_slots(valid, among, self.dtype).to(self.device, self.dtype)
         ids = ids.to(self.device)
 
@@ -156,88 +118,10 @@ class DFlashNetwork:
                                 attention_mask=mask)
             return self.model.compute_logits(hidden, self.head), hidden
 
-        return forward, lambda: self.slots.commit(rows, cache, kept)
-
-    def release(self, row: int) -> None:
-        self.slots.release(row)
+        return forward, lambda: self.slots.keep_first(kept)
 
     def close(self) -> None:
         """Nothing outlives the batch."""
-
-
-class DFlashDrafter:
-    """One row's view of a `DFlashNetwork`. Built from the models alone, it is the only row of
-    its own batch."""
-
-    def __init__(self, drafter: PreTrainedModel, verifier: PreTrainedModel, meter: Meter, *,
-                 network: DFlashNetwork | None = None, row: int = 0):
-        self.network = network or DFlashNetwork(drafter, verifier, Batch(1))
-        self.model, self.meter, self.row = drafter, meter, row
-        self.pending: list[torch.Tensor] = []
-        self.device = self.network.device
-        self.dtype = self.network.dtype
-
-    @property
-    def length(self) -> int:  # verified tokens whose features are cached
-        return self.network.slots.length(self.row)
-
-    def verified(self, verifier, rows: int) -> None:
-        """Queue the verifier's features (`verifier`, a tapped CachedModel) of the first `rows`
-        rows of its latest call, now verified: the next `block` call caches them."""
-        self.pending.append(verifier.features[:rows])
-
-    def draft(self, pending: list[int], last: int, width: int, settings: DraftSettings,
-              generator: torch.Generator) -> Draft:
-        """A draft of `width` tokens: DFlash's block pass (K steps or τ), or DFlash 2's chain."""
-        drafting = chain_draft if is_dflash2(self.model) else diffusion_draft
-        return drafting(self, pending, last, width, settings, generator)
-
-    def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
-        """One drafting call over the queued context features (one per id in `pending`,
-        cached afterwards) and the block [last, canvas]; returns the block rows' logits
-        (W + 1, V), dropping the block from the cache."""
-        context = torch.cat(self.pending) if self.pending else torch.zeros(0, self.network.width,
-                                                                           device=self.device)
-        if context.shape[0] != len(pending):
-            raise RuntimeError(f"dflash: {context.shape[0]} context features for {len(pending)} tokens")
-        ids = torch.cat([torch.tensor([last]), canvas.cpu()])
-        logits, self.hidden = self.network.batch.call(self.network, self.row,
-                                                      Block(context, ids, self.length, self.meter))
-        self.pending = []
-        return logits  # self.hidden: the block rows' states, for DFlash 2's candidate chain
-
-
-def chain_draft(drafter: DFlashDrafter, pending: list[int], last: int, width: int, settings: DraftSettings,
-                generator: torch.Generator) -> Draft:
-    """DFlash 2's one-pass draft: each slot keeps its top-k candidates by logit, and the
-    candidate selector scores a candidate c after the token chosen before it, t, as
-    s(c) = logit(c) + ⟨pred(t) ⊙ W h, succ(c)⟩ (codebooks pred, succ; h the slot's state).
-    Slots are drawn left to right from q = softmax(s / T) over the candidates (argmax at a
-    point-mass setting); q, scattered over the vocabulary, is what verification divides by,
-    and each token is drawn from its own q given the tokens before it, so lossless stays
-    exact."""
-    selector = drafter.model.candidate_selector
-    canvas = torch.full((width,), settings.mask_token_id, dtype=torch.long, device=drafter.device)
-    if width == 0:
-        return Draft(canvas, torch.zeros(0, 1, device=drafter.device), 0)
-    logits = slot_logits(drafter.block(pending, last, canvas), settings)  # (W, V), mask excluded
-    unary, candidates = logits.topk(selector.top_k, dim=-1)
-    states = selector.hidden_projection(drafter.hidden[1:].to(selector.hidden_projection.weight.dtype))
-    successors = selector.successor_codebook(candidates)  # (W, k, r)
-    before = torch.tensor(last, device=drafter.device)
-    tokens, q = [], torch.zeros_like(logits)
-    for i in range(width):
-        scores = unary[i] + successors[i] @ (selector.predecessor_codebook(before) * states[i]).float()
-        if point_mass(settings.temperature, settings.top_k):
-            chosen = scores.argmax()
-            q[i, candidates[i, chosen]] = 1.0
-        else:
-            weights = distribution(scores, settings.temperature)
-            chosen = draw(weights, torch.empty_like(weights).exponential_(generator=generator))
-            q[i, candidates[i]] = weights
-        before = candidates[i, chosen]
-        tokens.append(before)
-    return Draft(torch.stack(tokens), q, 1)
 
 
 def _setting(config, name: str, default=None):

@@ -1,4 +1,4 @@
-"""Diffusion drafting: fill a canvas of W masked positions after the prefix.
+"""Diffusion drafting: fill a canvas of W masked positions after each row's prefix.
 
 Each denoising step evaluates [last verified token, canvas] in one drafting call, turns the
 logits of the masked slots into proposal distributions q (temperature, top-k, top-p), draws
@@ -27,15 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from workloads.decoding.acceptance import draw
-from workloads.decoding.calls import CachedModel
+from workloads.decoding.rows import Rows
 from workloads.decoding.sampling import distribution, point_mass
-
-
-@dataclass(frozen=True)
-class Draft:
-    tokens: torch.Tensor  # (W,) drafted ids
-    q: torch.Tensor  # (W, V) the distribution each token was drawn from
-    steps: int  # denoising steps (drafting calls) used
 
 
 @dataclass(frozen=True)
@@ -143,37 +136,51 @@ def candidates(proposal: torch.Tensor, settings: DraftSettings,
     return draw(proposal, noise())
 
 
-def propose(logits: torch.Tensor, settings: DraftSettings,
-            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One region's proposals (`proposals`: logits (m + 1, V) -> q (m, V)), candidates (m,)
-    drawn from q with `generator`, and the untempered float logits (m, V)."""
-    proposal, logits = proposals(logits, settings)
-    drawn = candidates(proposal, settings,
-                       lambda: torch.empty_like(proposal).exponential_(generator=generator))
-    return proposal, drawn, logits
+def draft(rows: Rows, drafter, last: torch.Tensor, widths: torch.Tensor, width: int,
+               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """A draft over every live row: row i drafts widths[i] tokens after its verified
+    prefix ending in last[i] (K steps or τ, each a call of `drafter`, drafters.py).
+    Every call runs over every live row; a row whose canvas is full rides along, drawing and
+    counting nothing. Returns (tokens (L, W), q (L, W, V), or None: one-hot at the draft,
+    `proposed`), W = `width`."""
+    tokens = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
+    masked = torch.arange(width) < widths[:, None]
+    q, step = None, 0
+    while bool(masked.any()):
+        active = masked.any(1)
 
+        def counts(a: torch.Tensor = active) -> torch.Tensor:  # the slots each row draws for (greedy: none)
+            return torch.where(a, widths, 0)
 
-def diffusion_draft(drafter: CachedModel, pending: list[int], last: int, width: int,
-                    settings: DraftSettings, generator: torch.Generator) -> Draft:
-    """Draft `width` tokens after the verified prefix whose last token is `last`.
-
-    `pending` are verified tokens not yet in the drafter's cache; the first call caches them.
-    """
-    tokens = torch.full((width,), settings.mask_token_id, dtype=torch.long, device=drafter.device)
-    q = torch.zeros(0, 1, device=drafter.device)  # a width-0 draft: no call, nothing to verify
-    step = 0
-    while bool((tokens == settings.mask_token_id).any()):
-        proposal, drawn, logits = propose(drafter.block(pending, last, tokens), settings, generator)
-        pending = []
-        masked = tokens == settings.mask_token_id
+        logits = drafter.block(rows, last, tokens, widths, active, settings.mask_token_id)
+        drawn, proposal, untempered = proposed(rows, logits, settings, counts, width)
+        device = untempered.device
         if settings.steps is not None and settings.steps - step == 1:
-            chosen = masked  # the last of K steps commits every slot still masked
+            chosen = masked.clone()
         else:
-            probs = logits.softmax(-1)
-            priority = scores(settings.unmask, probs, drawn,
-                              lambda w=width: torch.rand(w, generator=generator, device=generator.device))
-            chosen = commit_mask(settings, masked[None], priority[None], probs.amax(-1)[None], step)[0]
+            probs = untempered.softmax(-1)
+            priority = scores(settings.unmask, probs, drawn.to(device),
+                              lambda c=counts, d=device: rows.uniform(c(), width, d))
+            chosen = commit_mask(settings, masked.to(device), priority, probs.amax(-1), step).cpu()
         tokens = torch.where(chosen, drawn, tokens)
-        q = proposal if step == 0 else torch.where(chosen[:, None], proposal, q)
+        if proposal is not None:
+            q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
+        masked &= ~chosen
         step += 1
-    return Draft(tokens, q, step)
+    return tokens, q
+
+
+def proposed(rows: Rows, logits: torch.Tensor, settings: DraftSettings, counts: Callable[[], torch.Tensor],
+             width: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Each live row's candidates (L, W), on the host, from its drafting regions' logits
+    (L, W + 1, V), with their proposals q (L, W, V) and untempered logits (L, W, V)
+    (`proposal_logits`). At a point-mass setting q is None: one-hot at the draft,
+    built only by an acceptance rule that reads it (verifying.accept). Else each row draws
+    its first counts()[i] slots' noise from its own generator."""
+    untempered = proposal_logits(logits, settings)
+    if point_mass(settings.temperature, settings.top_k):
+        return candidates(untempered, settings, None).cpu(), None, untempered
+    proposal = distribution(untempered, settings.temperature, settings.top_k, settings.top_p)
+    drawn = candidates(proposal, settings,
+                       lambda: rows.exponential(counts(), width, proposal.shape[-1], proposal.device))
+    return drawn.cpu(), proposal, untempered

@@ -3,10 +3,9 @@ each row's measurements; `decode(pair, prompt, config)` is the batch of one.
 
 The schedules are those of DESIGN.md: `ar`, `diffusion`, `linear`, `packed` (schedules.py)
 and, on a dual-mode pair, `quadratic` (selfspec.py) and any-order Packed-SS (anyorder.py).
-Which of them a pair runs, and how its batch decodes, is its kind's (`pair.kind`, kinds.py):
-every row at once as tensors (lockstep*.py), or, for a drafter without a prefix cache and
-any-order verification, a row loop a row (batch.py). This module checks the prompts, builds
-the batch's networks and rows, runs them and measures them.
+Which of them a pair runs is its kind's (`pair.kind`, kinds.py); every schedule decodes the
+batch's rows at once, as tensors (rows.py). This module checks the prompts, builds the
+batch's networks and rows, runs its kind's program and measures it.
 """
 
 from __future__ import annotations
@@ -16,14 +15,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from workloads.decoding.batch import Batch, run_rows
-from workloads.decoding.calls import Meter, sync
 from workloads.decoding.config import SPECULATIVE, ConfigError, DecodeConfig, is_exact
 from workloads.decoding.drafting import DraftSettings
 from workloads.decoding.kinds import Pair, least_positions
-from workloads.decoding.lockstep import Rows
-from workloads.decoding.output import Output
-from workloads.decoding.state import DecodeState
+from workloads.decoding.network import sync
+from workloads.decoding.rows import Rows
 
 MEASUREMENTS = ("new_tokens", "wall_s", "model_s", "overhead_s", "nfe", "rows", "iterations",
                 "accepted", "drafted", "exact", "stop_reason")
@@ -129,54 +125,22 @@ def decode_batch(pair: Pair, prompts: list[str], config: DecodeConfig, seeds: li
         raise ConfigError("prompt: empty after tokenization")
     seeds = seeds or [config.seed] * len(prompts)
     device = pair.kind.models(pair)[1].device
-    batch = Batch(len(prompts), slack=slack)
-    nets = pair.kind.networks(pair, config, batch)
-    settings = draft_settings(pair, config)
+    nets = pair.kind.networks(pair, config, len(prompts), slack)
     generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
     rows = Rows(config, tok, generators, device)
-    program = pair.kind.rows_program(pair, config, settings, rows, encoded, nets)
-    if program is not None:
-        return _lockstep(program, config, rows, len(encoded), nets)
-    states = [DecodeState(config, Output(tok, config.max_new_tokens, config.stop), generator, Meter())
-              for generator in generators]
-    finished = [0.0] * len(prompts)
-
-    def row(i: int):
-        program = pair.kind.program(pair, config, settings, states[i], encoded[i], nets, i)
-
-        def run() -> None:
-            program()  # its last tokens were read on the host: the row is complete
-            finished[i] = time.perf_counter() - start
-        return run
-
-    programs = [row(i) for i in range(len(prompts))]
+    program = pair.kind.program(pair, config, draft_settings(pair, config), rows, encoded, nets)
     sync(device)
-    start = time.perf_counter()
-    try:
-        run_rows(batch, programs, list(nets.values()))
-    finally:
-        for net in nets.values():
-            net.close()
-    sync(device)
-    wall = time.perf_counter() - start
-    return BatchResult([_result(s, config, finished[i]) for i, s in enumerate(states)], wall,
-                       *_work(nets))
-
-
-def _lockstep(program, config: DecodeConfig, rows: Rows, size: int, nets: dict) -> BatchResult:
-    """decode_batch with every row at once (lockstep.py)."""
-    sync(rows.device)
     rows.start = time.perf_counter()
     try:
         program()
     finally:
         for net in nets.values():
             net.close()
-    sync(rows.device)
+    sync(device)
     wall = time.perf_counter() - rows.start
     rows.meter.tally()
     rows.steps.tally()
-    results = [_row_result(rows, i, config, float(rows.meter.model_s[i])) for i in range(size)]
+    results = [_row_result(rows, i, config, float(rows.meter.model_s[i])) for i in range(len(prompts))]
     return BatchResult(results, wall, *_work(nets))
 
 
@@ -195,16 +159,6 @@ def _work(nets: dict) -> tuple[int, int, float]:
     """The batch's forward passes, token rows and model time, over its networks."""
     return (sum(n.work.nfe for n in nets.values()), sum(n.work.rows for n in nets.values()),
             sum(n.work.model_s for n in nets.values()))
-
-
-def _result(state: DecodeState, config: DecodeConfig, wall: float) -> DecodeResult:
-    model_s = state.meter.model_s  # on a GPU this reads the CUDA events, all complete after the sync
-    return DecodeResult(
-        text=state.out.text(), token_ids=list(state.out.ids), new_tokens=len(state.out.ids), wall_s=wall,
-        model_s=model_s, overhead_s=max(0.0, wall - model_s), nfe=state.meter.nfe, rows=state.meter.rows,
-        iterations=state.iterations, accepted=state.accepted, drafted=state.drafted, exact=is_exact(config),
-        stop_reason=state.out.stop_reason or "length", accept_lengths=state.accept_lengths,
-    )
 
 
 def decode(pair: Pair, prompt: str, config: DecodeConfig) -> DecodeResult:

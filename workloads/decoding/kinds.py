@@ -1,5 +1,5 @@
-"""Pair kinds: what a pair of each kind runs and how one row of it decodes; a small base and
-one short class a kind. A pair carries its kind (`pair.kind`); the engine, the sweep space,
+"""Pair kinds: what a pair of each kind runs and how its batch decodes; a small base and one
+short class a kind. A pair carries its kind (`pair.kind`); the engine, the sweep space,
 the spec, the benchmarks and the exports ask it, and nothing else tells pairs apart.
 
 * `TwoModel`: a drafter and a verifier, two networks (paper 2610.31819): every schedule but
@@ -22,20 +22,22 @@ from collections.abc import Callable
 from typing import Protocol
 
 from workloads.decoding.anyorder import anyorder_packed
-from workloads.decoding.batch import Batch
-from workloads.decoding.calls import CachedModel, Network
 from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, DecodeConfig
-from workloads.decoding.dflash import DFlashDrafter, DFlashNetwork, FeatureTap, is_dflash2
+from workloads.decoding.dflash import DFlashNetwork, FeatureTap, is_dflash2
+from workloads.decoding.drafters import (
+    ChainDrafter,
+    FeatureDrafter,
+    FullAttentionDrafter,
+    SelfDrafter,
+    StandaloneDrafter,
+)
 from workloads.decoding.drafting import DraftSettings
-from workloads.decoding.lockstep import Rows
-from workloads.decoding.lockstep_drafting import ChainRows, FeatureRows, IdRows, ModelRows
-from workloads.decoding.lockstep_schedules import ar_rows, diffusion_rows, speculative_rows
-from workloads.decoding.lockstep_selfspec import one_call_rows
-from workloads.decoding.schedules import StandaloneDrafter, ar, diffusion, speculative
-from workloads.decoding.selfspec import self_speculative
-from workloads.decoding.state import DecodeState
+from workloads.decoding.network import Network
+from workloads.decoding.rows import Rows
+from workloads.decoding.schedules import ar, diffusion, speculative
+from workloads.decoding.selfspec import one_call
 
-Program = Callable[[], None]  # one row's schedule loop, run to its end
+Program = Callable[[], None]  # the batch's schedule loop, run to its end
 
 
 class Pair(Protocol):
@@ -110,30 +112,22 @@ class PairKind:
         """The (drafter, verifier) networks of `pair`."""
         return pair.drafter, pair.verifier
 
-    def networks(self, pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
-        """The networks the rows of `batch` share under `config`, by role."""
-        return {"verifier": Network(self.models(pair)[1], batch)}
+    def networks(self, pair: Pair, config: DecodeConfig, rows: int, slack: float | None) -> dict:
+        """The networks, by role, the `rows` of a batch share under `config` (`slack`:
+        slots.SlotCache's)."""
+        return {"verifier": Network(self.models(pair)[1], rows, slack)}
 
-    def program(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, state: DecodeState,
-                ids: list[int], nets: dict, row: int) -> Program:
-        """Row `row`'s schedule loop over its views of `nets`."""
-        verifier = CachedModel(nets["verifier"].model, state.meter, network=nets["verifier"], row=row)
+    def program(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, rows: Rows,
+                prompts: list[list[int]], nets: dict) -> Program:
+        """The batch's schedule loop over every row at once."""
         if config.schedule == "ar":
-            return lambda: ar(state, verifier, ids)
-        return self.drafted(pair, config, settings, state, ids, nets, row, verifier)
+            return lambda: ar(rows, nets["verifier"], prompts)
+        return self.drafted(pair, config, settings, rows, prompts, nets)
 
-    def drafted(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, state: DecodeState,
-                ids: list[int], nets: dict, row: int, verifier: CachedModel) -> Program:
+    def drafted(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, rows: Rows,
+                prompts: list[list[int]], nets: dict) -> Program:
         """The loop of a schedule that drafts."""
         raise NotImplementedError
-
-    def rows_program(self, pair: Pair, config: DecodeConfig, settings: DraftSettings, rows: Rows,
-                     prompts: list[list[int]], nets: dict) -> Program | None:
-        """The batch's schedule loop over every row at once (lockstep_schedules.py); None where
-        the schedule still runs a thread a row (batch.py)."""
-        if config.schedule == "ar":
-            return lambda: ar_rows(rows, nets["verifier"], prompts)
-        return None
 
 
 class TwoModel(PairKind):
@@ -145,27 +139,19 @@ class TwoModel(PairKind):
     def refusal(self, schedule: str) -> str:
         return f"schedule: {schedule} needs a dual-mode (self) pair; use linear or packed"
 
-    def networks(self, pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
-        nets = super().networks(pair, config, batch)
+    def networks(self, pair: Pair, config: DecodeConfig, rows: int, slack: float | None) -> dict:
+        nets = super().networks(pair, config, rows, slack)
         if config.schedule != "ar":
             profile = pair.profile
-            nets["drafter"] = Network(pair.drafter, batch, profile.prefix_cache, profile.own_attention)
+            nets["drafter"] = Network(pair.drafter, rows, slack, profile.prefix_cache, profile.own_attention)
         return nets
 
-    def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if not cached_drafts(pair) or config.schedule == "ar":
-            return super().rows_program(pair, config, settings, rows, prompts, nets)
-        drafter = IdRows(nets["drafter"])
+    def drafted(self, pair, config, settings, rows, prompts, nets) -> Program:
+        network = nets["drafter"]
+        drafter = (StandaloneDrafter if network.prefix_cache else FullAttentionDrafter)(network)
         if config.schedule == "diffusion":
-            return lambda: diffusion_rows(rows, drafter, prompts, settings)
-        return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
-                                        self.draft_width(config.block))
-
-    def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
-        drafter = CachedModel(pair.drafter, state.meter, network=nets["drafter"], row=row)
-        if config.schedule == "diffusion":
-            return lambda: diffusion(state, drafter, ids, settings)
-        return lambda: speculative(state, StandaloneDrafter(drafter), verifier, ids, settings,
+            return lambda: diffusion(rows, drafter, prompts, settings)
+        return lambda: speculative(rows, drafter, nets["verifier"], prompts, settings,
                                    self.draft_width(config.block))
 
 
@@ -205,25 +191,16 @@ class SelfSpec(PairKind):
     def models(self, pair: Pair) -> tuple:
         return pair.model, pair.model
 
-    def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if config.verify_order != "ltr" or not cached_drafts(pair) or config.schedule == "ar":
-            return super().rows_program(pair, config, settings, rows, prompts, nets)
+    def drafted(self, pair, config, settings, rows, prompts, nets) -> Program:
+        model, width = nets["verifier"], self.draft_width(config.block)
         if config.schedule == "diffusion":  # the diffusion mode alone
-            return lambda: diffusion_rows(rows, IdRows(nets["verifier"]), prompts, settings)
-        width = self.draft_width(config.block)
+            return lambda: diffusion(rows, StandaloneDrafter(model), prompts, settings)
+        if config.verify_order != "ltr":
+            return lambda: anyorder_packed(rows, model, prompts, settings, width)
         if config.schedule in ("packed", "quadratic"):
             quadratic = config.schedule == "quadratic"
-            return lambda: one_call_rows(rows, nets["verifier"], prompts, settings, width, quadratic)
-        drafter = ModelRows(nets["verifier"])
-        return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings, width)
-
-    def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
-        width = self.draft_width(config.block)
-        if config.schedule == "diffusion":  # the diffusion mode alone
-            return lambda: diffusion(state, verifier, ids, settings)
-        if config.verify_order != "ltr":
-            return lambda: anyorder_packed(state, verifier, ids, settings, width)
-        return lambda: self_speculative(state, verifier, ids, settings, width)
+            return lambda: one_call(rows, model, prompts, settings, width, quadratic)
+        return lambda: speculative(rows, SelfDrafter(model), model, prompts, settings, width)
 
 
 class DFlash(PairKind):
@@ -250,34 +227,21 @@ class DFlash(PairKind):
             raise ConfigError("steps: a DFlash 2 drafter proposes its candidate chain in one pass (steps 1, "
                               "no threshold)")
 
-    def networks(self, pair: Pair, config: DecodeConfig, batch: Batch) -> dict:
-        nets = super().networks(pair, config, batch)
+    def networks(self, pair: Pair, config: DecodeConfig, rows: int, slack: float | None) -> dict:
+        nets = super().networks(pair, config, rows, slack)
         if config.schedule != "ar":
-            nets["drafter"] = DFlashNetwork(pair.drafter, pair.verifier, batch)
+            nets["drafter"] = DFlashNetwork(pair.drafter, pair.verifier, rows, slack)
             nets["verifier"].tap = FeatureTap(pair.verifier, pair.drafter.target_layer_ids)
         return nets
 
-    def rows_program(self, pair, config, settings, rows, prompts, nets) -> Program | None:
-        if config.schedule in ("linear", "packed"):
-            drafter = (ChainRows if is_dflash2(pair.drafter) else FeatureRows)(nets["drafter"])
-            return lambda: speculative_rows(rows, drafter, nets["verifier"], prompts, settings,
-                                            self.draft_width(config.block))
-        return super().rows_program(pair, config, settings, rows, prompts, nets)
-
-    def drafted(self, pair, config, settings, state, ids, nets, row, verifier) -> Program:
-        drafter = DFlashDrafter(pair.drafter, pair.verifier, state.meter, network=nets["drafter"], row=row)
-        return lambda: speculative(state, drafter, verifier, ids, settings, self.draft_width(config.block))
+    def drafted(self, pair, config, settings, rows, prompts, nets) -> Program:
+        drafter = (ChainDrafter if is_dflash2(pair.drafter) else FeatureDrafter)(nets["drafter"])
+        return lambda: speculative(rows, drafter, nets["verifier"], prompts, settings,
+                                   self.draft_width(config.block))
 
 
 TWO_MODEL, SELF, DFLASH = TwoModel(), SelfSpec(), DFlash()
 KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DFLASH)}
-
-
-def cached_drafts(pair: Pair) -> bool:
-    """Whether `pair`'s drafting network keeps a prefix cache and takes padded calls, which
-    drafting in lockstep needs (a full-attention drafter re-reads its whole sequence, and one
-    with its own attention code runs row by row)."""
-    return pair.profile.prefix_cache and not pair.profile.own_attention
 
 
 def least_positions(found: list) -> int | None:

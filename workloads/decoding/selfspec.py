@@ -1,5 +1,5 @@
 """Self-speculative schedules on one dual-mode network (paper 2610.33379): Linear-SS,
-Quadratic-SS and Packed-SS (Algorithms 1–2, layouts of Appendix D.1, start of Appendix E.2).
+Quadratic-SS and Packed-SS, over every row of a batch at once (Algorithms 1–2, layouts of Appendix D.1, start of Appendix E.2).
 
 One KV cache holds the verified prefix minus its last token `last`, at positions < n. The
 block size B is the paper's Nemotron block: a call region has B rows and a draft has
@@ -30,94 +30,99 @@ Proposals are sampled only for the slots kept, after verification (Appendix E.4)
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from workloads.decoding.calls import CachedModel
-from workloads.decoding.drafting import Draft, DraftSettings, diffusion_draft, propose
+from workloads.decoding.drafters import SelfDrafter
+from workloads.decoding.drafting import DraftSettings, proposed
+from workloads.decoding.layout import Call, Layout
+from workloads.decoding.network import Network
+from workloads.decoding.rows import Rows, staying
+from workloads.decoding.schedules import padded, prefill
+from workloads.decoding.verifying import verify_finish
 from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.sampling import point_mass
-from workloads.decoding.state import DecodeState
-from workloads.decoding.verifying import verify_logits, verify_step
 
 
-def call(model: CachedModel, rows: list[int], regions: list[tuple[int, list[int]]],
-         ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """One packed call: `rows` causal (kept in the cache), then regions (h, slots): the
-    copy of rows[h] and `slots` (mask tokens, or tokens already placed), dropped afterwards.
-    Returns the logits of the rows (len(rows), V) and of each region (len(slots) + 1, V)."""
-    n, v = model.length, len(rows)
-    ids, positions = list(rows), [torch.arange(n, n + v)]
-    for h, slots in regions:
-        ids += [rows[h]] + slots
-        positions.append(torch.arange(n + h, n + h + len(slots) + 1))
-    layout = packed_layout(v, [(h, len(slots) + 1) for h, slots in regions])
-    logits = model.call(ids, layout, torch.cat(positions), keep=v)
-    out, start = [], v
-    for _, slots in regions:
-        out.append(logits[start:start + len(slots) + 1])
-        start += len(slots) + 1
-    return logits[:v], out
-
-
-def _proposal(state: DecodeState, logits: torch.Tensor, settings: DraftSettings) -> Draft:
-    q, tokens, _ = propose(logits, settings, state.generator)
-    return Draft(tokens, q, 1)
-
-
-def _start(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
-           w: int) -> tuple[int, Draft]:
-    """Prefill; returns the first token and a full draft of W tokens after it."""
-    if point_mass(state.config.temperature, state.config.top_k):
-        logits, (region,) = call(model, prompt, [(len(prompt) - 1, [settings.mask_token_id] * (w + 1))])
-        first = state.sample(logits[-1])
-        return first, _proposal(state, region[1:], settings)
-    first = state.sample(model.causal(prompt)[-1])
-    return first, diffusion_draft(model, [], first, w, settings, state.generator)
-
-
-def _linear(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
-            w: int) -> None:
-    last = state.sample(model.causal(prompt)[-1])
-    if state.out.extend([last]):
-        return
-    while True:
-        width = min(w, state.out.remaining - 1)
-        draft = diffusion_draft(model, [], last, width, settings, state.generator)
-        emitted = verify_step(state, model, last, draft)  # the drafting rows left no trace in the cache
-        last = emitted[-1]
-        if state.out.extend(emitted):
-            return
-
-
-def _one_call(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings, w: int,
-              quadratic: bool) -> None:
-    block, mask = w + 1, settings.mask_token_id  # a region's rows: [last, W drafts]
-    last, draft = _start(state, model, prompt, settings, w)
-    if state.out.extend([last]):
-        return
-    while True:
-        room = state.out.remaining - 1  # a recovered or bonus token follows the accepted drafts
-        draft = Draft(draft.tokens[:room], draft.q[:room], 1)
-        n = draft.tokens.shape[0]
-        rows = [last] + draft.tokens.tolist() + [mask] * (w - n)
-        regions = [(h, [mask] * block) for h in range(block)] if quadratic else [(0, [mask] * w)]
-        logits, proposed = call(model, rows, regions)
-        emitted = verify_logits(state, logits[: n + 1], draft)
-        model.crop(block - len(emitted))  # keep [last, accepted draft tokens]
-        last = emitted[-1]
-        if state.out.extend(emitted):
-            return
+def one_call(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,
+                  width: int, quadratic: bool) -> None:
+    """Self-speculative `packed` or `quadratic` over the batch: one call an iteration holds the verify region [last, draft, mask padding] and the proposal regions,
+    the same layout for every row (selfspec's masks.packed), so only ids and positions differ."""
+    block, mask = width + 1, settings.mask_token_id
+    last, tokens, q = _self_start(rows, model, prompts, settings, width)
+    stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), [model])
+    last, tokens, q = staying(stay, last, tokens, q)
+    have = torch.full_like(last, width)
+    regions = [(h, block + 1) for h in range(block)] if quadratic else [(0, block)]
+    layout = packed_layout(block, regions)
+    offsets = np.concatenate([np.arange(block)] + [np.arange(h, h + size) for h, size in regions])
+    # each call's ids: base [last, draft, a mask] read at `source`, the verify rows, then
+    # each region's first row a copy of verify row h and its other rows masks
+    source = torch.cat([torch.arange(block)]
+                       + [torch.tensor([h] + [block] * (size - 1)) for h, size in regions])
+    slots = torch.arange(width)
+    shape = None  # the rows' call layout, kept while no row leaves
+    while not rows.done:
+        widths = torch.minimum(have, rows.remaining() - 1)
+        live = last.shape[0]
+        if shape is None:
+            shape = layout.expand(live, -1, -1), torch.full((live,), layout.shape[0]), torch.arange(live)
+        among, real, every = shape
+        canvas = torch.where(slots < widths[:, None], tokens, mask)  # padded: never accepted
+        ids = torch.cat([last[:, None], canvas, torch.full((live, 1), mask)], 1)[:, source]
+        positions = model.slots.positions(offsets)
+        logits = rows.call(model, Call(ids, positions, among, None, real))
+        n = int(widths.max())
+        accepted, token = verify_finish(rows, model, logits[:, :n + 1], tokens, q, widths)
+        emitted = torch.cat([tokens, torch.zeros_like(last)[:, None]], 1)
+        emitted[every, accepted] = token
         if quadratic:  # the branch of the accepted count, minus the recovered or bonus token's slot
-            draft = _proposal(state, proposed[len(emitted) - 1][1:], settings)
+            start, have = block + accepted * (block + 1) + 1, torch.full_like(last, width)
         else:  # proposals from P_{t-1}: the first A_t slots were just filled
-            draft = _proposal(state, proposed[0][len(emitted):], settings)
+            start, have = block + accepted + 1, (width - accepted - 1).clamp(min=0)
+        tokens, q = _self_proposals(rows, logits, start, have, width, settings)
+        stay = rows.leave(rows.emit(emitted, accepted + 1), [model])
+        if stay is not None:
+            shape = None
+        last, tokens, q, have = staying(stay, token, tokens, q, have)
 
 
-def self_speculative(state: DecodeState, model: CachedModel, prompt: list[int], settings: DraftSettings,
-                     width: int) -> None:
-    """`linear`, `packed` or `quadratic` (state.config.schedule) with drafts of `width` = W tokens."""
-    schedule = state.config.schedule
-    if schedule == "linear":
-        _linear(state, model, prompt, settings, width)
-    else:
-        _one_call(state, model, prompt, settings, width, quadratic=schedule == "quadratic")
+def _self_proposals(rows: Rows, logits: torch.Tensor, start: torch.Tensor, counts: torch.Tensor,
+                    width: int, settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's proposals from its region [anchor, counts[i] slots] at column start[i] of
+    logits (L, Q, V), drawn from its generator: (tokens (L, W), q (L, W, V) or None: one-hot
+    at the draft, drafting.proposed)."""
+    index = (start[:, None] + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1).to(logits.device)
+    region = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    drawn, proposal, _ = proposed(rows, region, settings, lambda: counts, width)
+    return drawn, proposal
+
+
+def _self_start(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,
+                width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The start over every row: the first token and a full draft of `width` after it.
+    Greedy: the prompt and a region [its last token, W + 1 masks] that sees the prompt but
+    that token, in one call; sampling: a prefill, then a drafting call."""
+    if not point_mass(rows.config.temperature, rows.config.top_k):
+        logits, _ = prefill(rows, model, prompts)
+        first = rows.sample(logits).cpu()
+        full = torch.full_like(first, width)
+        drafter = SelfDrafter(model)
+        drafter.verified(first[:, None], None, first)  # nothing waits: the prompt is cached
+        tokens, q = drafter.draft(rows, first, full, width, settings)
+        return first, tokens, q
+    prompt_ids, lengths = padded(prompts)
+    size, region = prompt_ids.shape[1], width + 2
+    layout = Layout.of(lengths, torch.full_like(lengths, region), True, False)
+    column = torch.arange(size + region)
+    ends = lengths - 1  # the prompt's last token: copied into the region, which does not see it
+    in_region = (column >= lengths[:, None]) & (column < (lengths + region)[:, None])
+    among = layout.among & ~(in_region[:, :, None] & (column == ends[:, None])[:, None, :])
+    ids = torch.where(column < lengths[:, None], torch.nn.functional.pad(prompt_ids, (0, region)),
+                      settings.mask_token_id)
+    ids[torch.arange(len(prompts)), lengths] = prompt_ids[torch.arange(len(prompts)), ends]
+    positions = torch.where(in_region, ends[:, None] + column - lengths[:, None], column)
+    logits = rows.call(model, Call(ids, positions, among, layout.kept, layout.real))
+    first = rows.sample(logits[torch.arange(len(prompts)), ends.to(logits.device)]).cpu()
+    tokens, q = _self_proposals(rows, logits, lengths + 1, torch.full_like(lengths, width), width, settings)
+    return first, tokens, q

@@ -103,32 +103,9 @@ class SlotCache:
         one new row each."""
         return torch.from_numpy(self.held[:, None] + offsets)
 
-    def view(self, rows: list[int]) -> tuple[Cache, np.ndarray]:
-        """The cache and valid slots (len(rows), L) of `rows`; a copy unless they are every row held."""
-        if rows == self.rows:
-            return self.cache, self.valid
-        index = self._index(rows)
-        if not self.cache.layers:
-            return _cache(), self.valid[index.numpy()]
-        sub = _cache()
-        device_index = index.to(self.cache.layers[0].keys.device)
-        for i, layer in enumerate(self.cache.layers):
-            sub.update(layer.keys[device_index], layer.values[device_index], i)
-        return sub, self.valid[index.numpy()]
-
-    def commit(self, rows: list[int], cache: Cache, kept: np.ndarray) -> None:
-        """Record a call over `rows` that appended S slots to `cache` (from `view`); row r
-        keeps the first kept[r] (len(rows),) of its new slots (every call's layout puts the
-        rows it caches first)."""
-        if cache is not self.cache:
-            self._merge(rows, cache, cache.layers[0].keys.shape[2] - self.valid.shape[1])
-        if rows == self.rows:
-            self.keep_first(kept)
-            return
-        index = self._index(rows).numpy()
-        counts = np.zeros(len(self.rows), dtype=np.int64)
-        counts[index] = kept
-        self.keep_first(counts)
+    def view(self) -> tuple[Cache, np.ndarray]:
+        """The cache and the valid slots (len(rows), S) of every row held."""
+        return self.cache, self.valid
 
     def keep_first(self, counts: np.ndarray) -> None:
         """Record the call just made over every row held, whose new slots each row keeps the
@@ -146,27 +123,6 @@ class SlotCache:
             self._slice(self.valid.shape[1])
         self._compact_if_sparse()
 
-    def crop(self, row: int, n: int) -> None:
-        """Mask out the last n valid slots of `row` (rejected drafts)."""
-        if n <= 0:
-            return
-        i = self.rows.index(row)
-        from_end = self.valid[i, ::-1].cumsum()[::-1]  # valid slots at or after each slot
-        self.valid[i] &= from_end > n
-        self.held[i] -= n
-        self._tidy()
-
-    def release(self, row: int) -> None:
-        """Drop `row` from the cache: it has left the batch."""
-        self.drop([row])
-
-    def drop(self, rows: list[int]) -> None:
-        """Drop `rows` from the cache: they have left the batch."""
-        gone = set(rows)
-        stay = np.array([i for i, r in enumerate(self.rows) if r not in gone], dtype=np.int64)
-        if stay.size < len(self.rows):
-            self.keep(stay, torch.from_numpy(stay))
-
     def keep(self, stay: np.ndarray, index: torch.Tensor) -> None:
         """Keep the rows held at positions `stay` (also as `index`, on the host), in order:
         the others have left the batch. Their keys and values are gathered by the next call
@@ -178,28 +134,6 @@ class SlotCache:
         self.valid, self.held = self.valid[stay], self.held[stay]
         self.rows = [self.rows[i] for i in stay.tolist()]
         self._tidy()
-
-    def _index(self, rows: list[int]) -> torch.Tensor:
-        return torch.tensor([self.rows.index(r) for r in rows], dtype=torch.long)
-
-    def _merge(self, rows: list[int], sub: Cache, s: int) -> None:
-        """Write the S new slots of a call over some rows into the whole cache."""
-        index = self._index(rows)
-        if not self.cache.layers:  # the first call: the other rows' slots are padding
-            for i, layer in enumerate(sub.layers):
-                keys = layer.keys.new_zeros((len(self.rows),) + layer.keys.shape[1:])
-                values = layer.values.new_zeros((len(self.rows),) + layer.values.shape[1:])
-                self.cache.update(keys, values, i)
-        device_index = index.to(self.cache.layers[0].keys.device)
-        for layer, new in zip(self.cache.layers, sub.layers):
-            for name in ("keys", "values"):
-                whole, part = getattr(layer, name), getattr(new, name)
-                if whole.shape[2] < part.shape[2]:
-                    grow = part.shape[2] - whole.shape[2]
-                    whole = torch.cat([whole, whole.new_zeros(whole.shape[:2] + (grow,) + whole.shape[3:])],
-                                      dim=2)
-                whole[device_index, :, -s:] = part[:, :, -s:]
-                setattr(layer, name, whole)
 
     def _tidy(self) -> None:
         """Trim slots no row sees from the end; compact when too much is masked."""

@@ -1,30 +1,23 @@
-"""One verification step, shared by every speculative schedule.
-
-A step is the verifier's forward pass over [last, draft] (`verify_forward`), then the
-acceptance rule on its logits (`verify_logits`) and the crop of the rows after the accepted
-drafts from the verifier's cache (`verify_finish` does both); `verify_step` is the whole
-step. The parts are separate because two-model packed drafts between the forward pass and
-the rule, and self-speculative schedules get the logits from a packed call of their own.
+"""One verification over every row of a batch: the verifier's forward over each row's [last,
+draft] (`verify_forward`), then the acceptance rule on its logits (`accept`) and the rows
+after each row's accepted drafts dropped from its cache (`verify_finish`). The parts are
+separate because `packed` drafts between the forward and the rule, and self-speculative
+schedules get the logits from a call of their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from workloads.decoding.acceptance import verify_greedy_rows, verify_rows
-from workloads.decoding.calls import CachedModel
 from workloads.decoding.config import DecodeConfig
-from workloads.decoding.drafting import Draft
+from workloads.decoding.layout import Layout
+from workloads.decoding.network import Network
+from workloads.decoding.rows import Rows
 from workloads.decoding.sampling import distribution, point_mass
-from workloads.decoding.state import DecodeState
-
-
-def verify_forward(verifier: CachedModel, last: int, draft: Draft) -> torch.Tensor:
-    """The verifier's logits (n + 1, V) over [last, draft], appended to its cache (queued
-    only: nothing here waits for the device)."""
-    return verifier.causal(torch.cat([torch.tensor([last], device=verifier.device), draft.tokens]))
 
 
 def accept(config: DecodeConfig, logits: torch.Tensor, q: torch.Tensor | None, drafted: torch.Tensor,
@@ -46,34 +39,35 @@ def accept(config: DecodeConfig, logits: torch.Tensor, q: torch.Tensor | None, d
     return verify_rows(c.rule, p, q, drafted, lengths, uniforms, noise, c.leniency)
 
 
-def verify_logits(state: DecodeState, logits: torch.Tensor, draft: Draft) -> list[int]:
-    """Apply the acceptance rule to `draft` given verifier logits (n + 1, V) over [last,
-    draft]; counts the iteration and returns the emitted tokens: the accepted drafts, then
-    the recovered token, or the bonus token when every draft was accepted."""
-    n, generator = draft.tokens.shape[0], state.generator
+def verify_forward(rows: Rows, verifier: Network, last: torch.Tensor, tokens: torch.Tensor,
+                        widths: torch.Tensor) -> torch.Tensor:
+    """The verifier over every live row's [last, its first widths[i] drafts of tokens (L, W)],
+    appended to its cache (what each row keeps is recorded by verify_finish_rows); logits
+    (L, W' + 1, V), W' the widest draft (near max_new_tokens every row drafts fewer)."""
+    width = int(widths.max())
+    layout = Layout.of(torch.zeros_like(widths), 1 + widths, False, True)
+    ids = torch.cat([last.cpu()[:, None], tokens[:, :width]], 1)
+    positions = verifier.slots.positions(np.arange(width + 1))
+    return rows.call(verifier, layout.call(ids, positions, keep_later=True))
+
+
+def verify_finish(rows: Rows, verifier: Network, logits: torch.Tensor, tokens: torch.Tensor,
+                       q: torch.Tensor | None, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The acceptance rule on the logits (L, W' + 1, V) of a verifier call that left what
+    each row keeps unrecorded (`verify_forward`, or a self-speculative call whose
+    verify rows come first): each row keeps its last token and accepted drafts in the
+    verifier's cache, and the counts are kept.
+    Returns (accepted (L,), token (L,))."""
+    width = logits.shape[1] - 1
+    drafted, lengths = tokens[:, :width].to(logits.device), widths.to(logits.device)
 
     def draws(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        uniforms = torch.rand(n, generator=generator, device=generator.device)
-        return uniforms[None], torch.empty_like(p).exponential_(generator=generator)
+        return rows.uniform(widths, width, p.device), rows.exponential(widths + 1, width + 1, p.shape[-1],
+                                                                       p.device)
 
-    accepted, token = accept(state.config, logits[None], draft.q[None], draft.tokens[None],
-                             torch.tensor([n], device=draft.tokens.device), draws)
-    accepted, token = int(accepted[0]), int(token[0])
-    state.iterations += 1
-    state.drafted += n
-    state.accepted += accepted
-    state.accept_lengths.append(accepted)
-    return draft.tokens[:accepted].tolist() + [token]
-
-
-def verify_finish(state: DecodeState, verifier: CachedModel, logits: torch.Tensor, draft: Draft) -> list[int]:
-    """`verify_logits` on the logits of `verify_forward`, then the rows after the accepted
-    drafts leave the verifier's cache; returns the emitted tokens."""
-    emitted = verify_logits(state, logits, draft)
-    verifier.crop(draft.tokens.shape[0] + 1 - len(emitted))
-    return emitted
-
-
-def verify_step(state: DecodeState, verifier: CachedModel, last: int, draft: Draft) -> list[int]:
-    """Verify `draft` after the prefix ending in `last`; returns the emitted tokens."""
-    return verify_finish(state, verifier, verify_forward(verifier, last, draft), draft)
+    q = None if q is None else q[:, :width].to(logits.device)
+    accepted, token = accept(rows.config, logits, q, drafted, lengths, draws)
+    accepted, token = accepted.cpu(), token.cpu()
+    verifier.slots.keep_first((accepted + 1).numpy())
+    rows.verified(widths, accepted)
+    return accepted, token

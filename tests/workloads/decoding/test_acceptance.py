@@ -3,7 +3,15 @@ import math
 import pytest
 import torch
 
-from workloads.decoding.acceptance import bernoulli_kl, cactus_gamma, draw, target, verify
+from workloads.decoding.acceptance import (
+    bernoulli_kl,
+    cactus_gamma,
+    draw,
+    target,
+    verify,
+    verify_greedy_rows,
+    verify_rows,
+)
 
 V = 5
 
@@ -104,7 +112,6 @@ def test_draw_samples_proportionally_to_unnormalised_weights():
 
 
 def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
-    from workloads.decoding.acceptance import verify_greedy_rows
     from workloads.decoding.sampling import distribution
 
     gen = torch.Generator().manual_seed(3)
@@ -121,3 +128,27 @@ def test_greedy_fast_path_equals_lossless_verification_at_temperature_zero():
         full = verify("lossless", p, q, drafted, torch.rand(n, generator=gen), noise, 0.0)
         accepted, token = verify_greedy_rows(logits[None], drafted[None], torch.tensor([n]))
         assert (int(accepted[0]), int(token[0])) == (full.accepted, full.token)
+
+
+def test_the_acceptance_rules_over_rows_equal_them_row_by_row():
+    generator = torch.Generator().manual_seed(0)
+    rows, width, vocab = 6, 5, 7
+    p = torch.rand(rows, width + 1, vocab, generator=generator).softmax(-1)
+    q = torch.rand(rows, width, vocab, generator=generator).softmax(-1)
+    draft = torch.randint(vocab, (rows, width), generator=generator)
+    draft[:, :2] = p[:, :2].argmax(-1)  # some acceptance
+    lengths = torch.tensor([0, 1, 3, 5, 5, 2])
+    uniforms = torch.rand(rows, width, generator=generator)
+    noise = torch.empty(rows, width + 1, vocab).exponential_(generator=generator)
+    for rule, leniency in (("lossless", 0.0), ("linear", 0.4), ("cactus", 0.3), ("match", 0.2)):
+        accepted, token = verify_rows(rule, p, q, draft, lengths, uniforms, noise, leniency)
+        for r in range(rows):
+            n = int(lengths[r])
+            one = verify(rule, p[r, :n + 1], q[r, :n], draft[r, :n], uniforms[r, :n], noise[r, :n + 1],
+                         leniency)
+            assert (one.accepted, one.token) == (int(accepted[r]), int(token[r])), (rule, r)
+    accepted, token = verify_greedy_rows(p.log(), draft, lengths)
+    for r in range(rows):
+        n = int(lengths[r])
+        alone = verify_greedy_rows(p[r:r + 1, :n + 1].log(), draft[r:r + 1, :n], lengths[r:r + 1])
+        assert (int(alone[0][0]), int(alone[1][0])) == (int(accepted[r]), int(token[r]))

@@ -16,7 +16,6 @@ from scipy.stats import chisquare
 
 from tests.workloads.decoding.laws import PROMPT, ar_joint, law_pair, law_self, marginal
 from workloads.decoding import ConfigError, DecodeConfig, decode, decode_batch
-from workloads.decoding.batch import Batch, run_rows
 from workloads.models import load_pair
 from workloads.tasks import get_task
 
@@ -168,39 +167,3 @@ def test_the_batched_harness_detects_confidence_ordered_drafts():
     pvalue, drafted = sampled_in_batches(law_pair(), config, samples=2400)
     assert drafted >= 3
     assert pvalue < ALPHA
-
-
-class Doubler:
-    """A network that doubles each row's request, counting its forwards and their sizes."""
-
-    def __init__(self):
-        self.forwards: list[int] = []
-
-    def run(self, calls):
-        self.forwards.append(len(calls))
-        return [2 * c.request for c in calls]
-
-    def release(self, row):
-        pass
-
-
-def test_rows_meet_in_one_forward_leave_when_done_and_a_failing_row_stops_the_batch():
-    net, seen = Doubler(), {}
-
-    def row(i: int, calls: int):
-        def loop():
-            seen[i] = [batch.call(net, i, i + k) for k in range(calls)]
-        return loop
-
-    batch = Batch(3)
-    run_rows(batch, [row(0, 2), row(1, 4), row(2, 4)], [net])
-    assert seen == {0: [0, 2], 1: [2, 4, 6, 8], 2: [4, 6, 8, 10]}
-    assert net.forwards == [3, 3, 2, 2]  # row 0 left after two calls; the others went on without it
-
-    def failing():
-        batch.call(net, 1, 0)
-        raise ValueError("row 1 broke")
-
-    batch = Batch(3)
-    with pytest.raises(ValueError, match="row 1 broke"):
-        run_rows(batch, [row(0, 5), failing, row(2, 5)], [net])

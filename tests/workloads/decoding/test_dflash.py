@@ -133,22 +133,26 @@ def test_dflash2_drafts_its_candidate_chain_and_stays_exact(tiny_dflash2, schedu
 
 
 def test_dflash2_proposals_are_distributions_over_the_candidates(tiny_dflash2):
-    """Sampled chain: each q row sums to 1 over the slot's top-k candidates, and the drawn
-    token is one of them with positive q."""
-    from workloads.decoding.calls import Meter
-    from workloads.decoding.dflash import DFlashDrafter, chain_draft
+    """Sampled chain, two rows: each q row sums to 1 over the slot's top-k candidates, and the
+    drawn token is one of them with positive q."""
+    from workloads.decoding.dflash import DFlashNetwork
+    from workloads.decoding.drafters import ChainDrafter
     from workloads.decoding.drafting import DraftSettings
+    from workloads.decoding.rows import Rows
 
-    drafter = DFlashDrafter(tiny_dflash2.drafter, tiny_dflash2.verifier, Meter())
+    config = DecodeConfig(schedule="linear", block=8, temperature=1.0)
+    rows = Rows(config, TOK, [torch.Generator().manual_seed(i) for i in range(2)], torch.device("cpu"))
+    drafter = ChainDrafter(DFlashNetwork(tiny_dflash2.drafter, tiny_dflash2.verifier, 2))
     ids = TOK("12+34=").input_ids
-    drafter.pending.append(torch.randn(len(ids) - 1, 2 * 64))  # context features of the verified prompt
+    n = len(ids) - 1  # context features of the verified prompt
+    drafter.verified(None, torch.randn(2, n, 2 * 64), torch.tensor([n, n]))
     settings = DraftSettings(steps=1, threshold=None, unmask="ltr", temperature=1.0, top_k=0, top_p=1.0,
                              mask_token_id=TOK.mask_token_id, shifted=False)
     with torch.inference_mode():
-        draft = chain_draft(drafter, ids[:-1], ids[-1], 7, settings, torch.Generator().manual_seed(0))
-    assert draft.q.shape == (7, len(TOK)) and torch.allclose(draft.q.sum(-1), torch.ones(7))
-    assert ((draft.q > 0).sum(-1) <= 4).all()
-    assert (draft.q.gather(1, draft.tokens[:, None]) > 0).all()
+        tokens, q = drafter.draft(rows, torch.tensor([ids[-1]] * 2), torch.tensor([7, 7]), 7, settings)
+    assert q.shape == (2, 7, len(TOK)) and torch.allclose(q.sum(-1), torch.ones(2, 7))
+    assert ((q > 0).sum(-1) <= 4).all()
+    assert (q.gather(2, tokens[..., None]) > 0).all()
 
 
 def test_an_absent_dflash_checkpoint_is_the_usual_offline_line():
@@ -163,10 +167,10 @@ def test_an_absent_dflash_checkpoint_is_the_usual_offline_line():
 
 
 @pytest.mark.parametrize("schedule", ["linear", "packed"])
-def test_dflash2_chains_in_lockstep_decode_as_the_row_loop(tiny_dflash2, monkeypatch, schedule):
+def test_dflash2_rows_decode_as_the_reference_decodes_them_alone(tiny_dflash2, schedule):
     """Greedy, sampled and with greedy chains under a sampled verifier, a batch of DFlash 2 rows
-    draws each row's chain as that row alone."""
-    from tests.workloads.decoding.test_lockstep import measured, row_loops
+    draws each row's chain as the reference decoder draws it alone."""
+    from tests.workloads.decoding.test_reference import alone, measured
 
     prompts = ["1+1=", "23+4=", "7*8=", "100-1=", "5+5="]
     for config in (DecodeConfig(schedule=schedule, block=8, max_new_tokens=20),
@@ -174,8 +178,5 @@ def test_dflash2_chains_in_lockstep_decode_as_the_row_loop(tiny_dflash2, monkeyp
                    DecodeConfig(schedule=schedule, block=8, max_new_tokens=20, temperature=1.0,
                                 draft_temperature=0.0)):
         together = decode_batch(tiny_dflash2, prompts, config, seeds=list(range(5))).results
-        with monkeypatch.context() as patch:
-            row_loops(patch, tiny_dflash2.kind)
-            looped = decode_batch(tiny_dflash2, prompts, config, seeds=list(range(5))).results
-        assert measured(together) == measured(looped)
+        assert measured(together) == measured(alone(tiny_dflash2, prompts, config, list(range(5))))
         assert sum(r.drafted for r in together) > 0

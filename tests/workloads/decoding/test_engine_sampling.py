@@ -7,13 +7,9 @@ from collections import Counter
 import pytest
 import torch
 
+from tests.workloads.decoding.caches import caches_when_rows_leave, holds_prefix, prefilled
 from tests.workloads.decoding.stubs import TOK
-from workloads.decoding import DecodeConfig, decode
-from workloads.decoding.calls import CachedModel, Meter
-from workloads.decoding.engine import draft_settings
-from workloads.decoding.output import Output
-from workloads.decoding.schedules import StandaloneDrafter, speculative
-from workloads.decoding.state import DecodeState
+from workloads.decoding import DecodeConfig, decode, decode_batch
 
 PROMPT = "7"
 SAMPLING = dict(temperature=1.0, top_k=3, max_new_tokens=3)
@@ -45,38 +41,21 @@ def test_sampling_is_reproducible_per_seed(uncertain_pair, schedule):
 
 @pytest.mark.parametrize("steps", [1, 2])
 @pytest.mark.parametrize("schedule", ["linear", "packed"])
-def test_caches_hold_the_verified_prefix_only(uncertain_pair, schedule, steps):
-    """After sampled decodes with rejections, the verifier's cache equals a causal prefill of
-    the prompt and every emitted token but the last, and the drafter's (filled lazily) a
-    causal prefill of the first tokens of that same sequence: no drafting or rejected rows.
-    (After an emitted EOS, tokens accepted beyond it may sit in the caches; the decode is over.)"""
-    accepted = drafted = 0
-    for seed in range(4):
-        config = DecodeConfig(schedule=schedule, block=4, steps=steps, temperature=1.0, top_k=3,
-                              max_new_tokens=40, seed=seed)
-        prompt = TOK(PROMPT).input_ids
-        meter = Meter()
-        state = DecodeState(config, Output(TOK, config.max_new_tokens, ()),
-                            torch.Generator().manual_seed(seed), meter)
-        drafter, verifier = (CachedModel(uncertain_pair.drafter, meter),
-                             CachedModel(uncertain_pair.verifier, meter))
-        with torch.inference_mode():
-            speculative(state, StandaloneDrafter(drafter), verifier, prompt,
-                        draft_settings(uncertain_pair, config), config.block)
-        accepted, drafted = accepted + state.accepted, drafted + state.drafted
-        verified = prompt + state.out.ids[:-1]
+def test_caches_hold_the_verified_prefix_only(uncertain_pair, monkeypatch, schedule, steps):
+    """When a row of a sampled batch with rejections leaves, the verifier's cache equals a
+    causal prefill of its prompt and every emitted token but the last, and the drafter's
+    (filled lazily) a causal prefill of the first tokens of that same sequence: no drafting
+    or rejected rows. (After an emitted EOS, tokens accepted beyond it may sit in the
+    caches; the decode is over.)"""
+    config = DecodeConfig(schedule=schedule, block=4, steps=steps, temperature=1.0, top_k=3, max_new_tokens=40)
+    seen = caches_when_rows_leave(monkeypatch)
+    results = decode_batch(uncertain_pair, [PROMPT] * 4, config, seeds=list(range(4))).results
+    for row, result in enumerate(results):
+        verified = TOK(PROMPT).input_ids + result.token_ids[:-1]
         n = len(verified)
-        ended = state.out.stop_reason == "length"
-        assert verifier.length == n if ended else n <= verifier.length < n + config.block
-        assert n - 2 * config.block <= drafter.length <= verifier.length
-        for cached, model in ((verifier, uncertain_pair.verifier), (drafter, uncertain_pair.drafter)):
-            kept = min(cached.length, n)
-            fresh = CachedModel(model, Meter())
-            with torch.inference_mode():
-                fresh.causal(verified[:kept])
-            layers = cached.network.slots.cache.layers, fresh.network.slots.cache.layers
-            for ours, theirs in zip(*layers, strict=True):
-                assert ours.keys.shape[-2] == cached.length
-                assert torch.allclose(ours.keys[..., :kept, :], theirs.keys, atol=1e-5)
-                assert torch.allclose(ours.values[..., :kept, :], theirs.values, atol=1e-5)
-    assert 0 < accepted < drafted
+        (_, verifier, v_layers), (_, drafter, d_layers) = seen[row]
+        assert verifier == n if result.stop_reason == "length" else n <= verifier < n + config.block
+        assert n - 2 * config.block <= drafter <= verifier
+        assert holds_prefix(v_layers, verifier, prefilled(uncertain_pair.verifier, verified[:min(verifier, n)]))
+        assert holds_prefix(d_layers, drafter, prefilled(uncertain_pair.drafter, verified[:min(drafter, n)]))
+    assert 0 < sum(r.accepted for r in results) < sum(r.drafted for r in results)

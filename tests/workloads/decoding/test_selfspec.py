@@ -6,16 +6,14 @@ import dataclasses
 import pytest
 import torch
 
+from tests.workloads.decoding.caches import caches_when_rows_leave, holds_prefix, prefilled
 from tests.workloads.decoding.stubs import TOK, StubLM, digit_at
 from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.anyorder import anyorder_packed
-from workloads.decoding.calls import CachedModel, Meter
 from workloads.decoding.config import ConfigError
 from workloads.decoding.engine import draft_settings
 from workloads.decoding.masks import additive, packed
-from workloads.decoding.output import Output
-from workloads.decoding.selfspec import self_speculative
-from workloads.decoding.state import DecodeState
+from workloads.decoding.rows import Rows
 from workloads.models import load_pair
 from workloads.models.pair import DiffusionProfile, SelfPair
 from workloads.tasks import get_task
@@ -151,30 +149,21 @@ def uncertain_self(uncertain_pair):
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
-def test_cache_holds_the_verified_prefix_only(uncertain_self, schedule):
-    """After a sampled decode with rejections, the cache equals a causal prefill of the
-    prompt and every emitted token but the last: nothing from drafting or rejected rows.
-    (Tokens accepted after an emitted EOS may sit beyond it; the decode is over then.)"""
-    model = uncertain_self.model
-    config = DecodeConfig(schedule=schedule, block=4, temperature=1.0, max_new_tokens=30, seed=3)
-    prompt = TOK(PROMPT).input_ids
-    meter = Meter()
-    state = DecodeState(config, Output(TOK, config.max_new_tokens, ()), torch.Generator().manual_seed(3),
-                        meter)
-    cached = CachedModel(model, meter)
-    with torch.inference_mode():
-        self_speculative(state, cached, prompt, draft_settings(uncertain_self, config),
-                         uncertain_self.kind.draft_width(config.block))
-        prefix = prompt + state.out.ids[:-1]
-        fresh = CachedModel(model, Meter())
-        fresh.causal(prefix)
-    assert state.accepted < state.drafted
-    n = len(prefix)
-    assert cached.length == n if state.out.stop_reason == "length" else n <= cached.length < n + 4
-    for ours, theirs in zip(cached.network.slots.cache.layers, fresh.network.slots.cache.layers):
-        assert ours.keys.shape[-2] == cached.length
-        assert torch.allclose(ours.keys[..., :n, :], theirs.keys, atol=1e-5)
-        assert torch.allclose(ours.values[..., :n, :], theirs.values, atol=1e-5)
+def test_cache_holds_the_verified_prefix_only(uncertain_self, monkeypatch, schedule):
+    """When a row of a sampled batch with rejections leaves, the cache equals a causal
+    prefill of its prompt and every emitted token but the last: nothing from drafting or
+    rejected rows. (Tokens accepted after an emitted EOS may sit beyond it; the decode is
+    over then.)"""
+    config = DecodeConfig(schedule=schedule, block=4, temperature=1.0, max_new_tokens=30)
+    seen = caches_when_rows_leave(monkeypatch)
+    results = decode_batch(uncertain_self, [PROMPT] * 3, config, seeds=[3, 4, 5]).results
+    for row, result in enumerate(results):
+        prefix = TOK(PROMPT).input_ids + result.token_ids[:-1]
+        n = len(prefix)
+        ((_, length, layers),) = seen[row]
+        assert length == n if result.stop_reason == "length" else n <= length < n + 4
+        assert holds_prefix(layers, length, prefilled(uncertain_self.model, prefix))
+    assert sum(r.accepted for r in results) < sum(r.drafted for r in results)
 
 
 # -- any-order (confidence-ordered) Packed-SS, greedy ------------------------------------------
@@ -223,14 +212,13 @@ def test_any_order_packed_equals_its_serial_reference(any_order_self, block):
     out_of_order = 0
     for example in get_task("arith").examples("test", n=8, seed=3):
         prompt = TOK(example.prompt).input_ids
-        meter = Meter()
-        state = DecodeState(config, Output(TOK, config.max_new_tokens, ()), torch.Generator(), meter)
+        rows = Rows(config, TOK, [torch.Generator()], torch.device("cpu"))
+        model = any_order_self.kind.networks(any_order_self, config, 1, None)["verifier"]
         with torch.inference_mode():
-            steps = anyorder_packed(state, CachedModel(any_order_self.model, meter), prompt,
-                                    draft_settings(any_order_self, config),
+            steps = anyorder_packed(rows, model, [prompt], draft_settings(any_order_self, config),
                                     any_order_self.kind.draft_width(config.block))
             expected = serial_reference(any_order_self, prompt, steps, block, config.max_new_tokens)
-        assert state.out.ids == expected
+        assert rows.out[0, :rows.count[0]].tolist() == expected
         out_of_order += sum(s.order != sorted(s.order) for s in steps)
         assert decode(any_order_self, example.prompt, config).token_ids == expected
     assert out_of_order > 0  # confidence really reordered verification

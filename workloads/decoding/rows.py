@@ -1,13 +1,12 @@
-"""The batch as the unit of work: each iteration of a schedule runs over all live rows at once,
-as tensors, with no thread and no Python loop over rows in its path.
+"""The rows of one batch decoding together: each iteration of a schedule runs over all live rows
+at once, as tensors, with no thread and no Python loop over rows in its path.
 
 Rows stay ragged: each has its own cache slots and positions (slots.SlotCache, one cache for
 the batch), its own emitted tokens and counts, and its own stop; a row that stops leaves the
 batch (its slots are dropped) and the others go on. `Rows` holds what the live rows emitted
-and counted; a schedule's loop asks it to sample, to emit and to run a network's forward over
-every live row (`call`). The loops are lockstep_schedules.py (`ar`, `diffusion`, `linear`,
-`packed`) and lockstep_selfspec.py (self `packed`, `quadratic`), over lockstep_drafting.py and
-lockstep_verifying.py, as schedules.py and selfspec.py are over drafting.py and verifying.py.
+and counted; a schedule's loop (schedules.py, selfspec.py, anyorder.py, over drafting.py,
+drafters.py and verifying.py) asks it to sample, to emit and to run a network's forward over
+every live row (`call`).
 
 Randomness stays per row: a row draws from its own generator exactly what it draws decoding
 alone (the same count, in the same order), and the draws of the live rows are stacked into
@@ -19,12 +18,12 @@ stop strings, reading each row's text.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from workloads.decoding.calls import Network
+from workloads.decoding.layout import Call
+from workloads.decoding.network import Network
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.output import Output
 from workloads.decoding.sampling import sample
@@ -129,15 +128,10 @@ class Rows:
         more iteration, counted."""
         self.steps.steps.append((self.live, widths.numpy(), accepted.numpy()))
 
-    def call(self, network: Network, ids: torch.Tensor, positions: torch.Tensor, among: torch.Tensor | None,
-             kept: np.ndarray | None, real: torch.Tensor, served: torch.Tensor | None = None) -> torch.Tensor:
-        """One forward of `network` over every live row: ids, positions (L, Q), among (L, Q, Q)
-        or None (causal), kept (L,) how many of its new slots each row keeps, its first (None:
-        recorded later, SlotCache.keep_first); real (L,): each row's own rows of the Q (the
-        rest is padding; a row with none is not counted as served, nor is one that served
-        (L,) bool, if given, leaves out). Returns logits (L, Q, V)."""
-        forward, commit = network.prepare(network.slots.rows, ids, positions, among, kept)
-        return self.timed(network, forward, real, ids.numel(), commit, served)
+    def call(self, network: Network, call: Call) -> torch.Tensor:
+        """One forward of `network` over every live row (`call`); logits (L, Q, V)."""
+        forward, commit = network.prepare(call)
+        return self.timed(network, forward, call.real, call.ids.numel(), commit, call.served)
 
     def timed(self, network, forward, real: torch.Tensor, evaluated: int, commit,
               served: torch.Tensor | None = None) -> object:
@@ -248,59 +242,3 @@ def staying(stay: torch.Tensor | None, *tensors: torch.Tensor | None) -> tuple[t
     if stay is None:
         return tensors
     return tuple(None if t is None else t[stay.to(t.device)] for t in tensors)
-
-
-_LAYOUTS: dict[tuple, Layout] = {}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The rows of one call for every live row, left-aligned and padded to Q = max(prefix +
-    region): a causal prefix of `prefix` (L,) rows (kept in the cache), then a region of
-    `region` (L,) rows that sees the prefix and, bidirectionally or causally, itself (kept or
-    dropped). Padding rows see themselves only and are never kept."""
-
-    among: torch.Tensor  # (L, Q, Q) bool
-    kept: np.ndarray  # (L,) the rows each row keeps: its prefix, or all its rows
-    real: torch.Tensor  # (L,) rows each row evaluates
-    starts: torch.Tensor  # (L,) the region's first column
-    start: int | None  # the region's first column when every row's is the same
-    even: bool  # every row has the same prefix and region: nothing is padding
-
-    @classmethod
-    def of(cls, prefix: torch.Tensor, region: torch.Tensor, bidirectional: bool, keep_region: bool) -> Layout:
-        """The layout, built once per shape: an iteration's calls repeat a few of them."""
-        key = (tuple(prefix.tolist()), tuple(region.tolist()), bidirectional, keep_region)
-        found = _LAYOUTS.get(key)
-        if found is None:
-            if len(_LAYOUTS) >= 4096:
-                _LAYOUTS.clear()
-            found = _LAYOUTS[key] = cls._build(*key)
-        return found
-
-    @classmethod
-    def _build(cls, prefixes: tuple[int, ...], regions: tuple[int, ...], bidirectional: bool,
-               keep_region: bool) -> Layout:
-        prefix, region = torch.tensor(prefixes), torch.tensor(regions)
-        real = prefix + region
-        width = int(real.max())
-        column = torch.arange(width)
-        present = column < real[:, None]  # (L, Q)
-        in_region = present & (column >= prefix[:, None])
-        sees = column[None, :] <= column[:, None]  # causal (Q, Q)
-        if bidirectional:
-            sees = sees | (in_region[:, :, None] & in_region[:, None, :])
-        among = (present[:, :, None] & present[:, None, :] & sees) | torch.eye(width, dtype=torch.bool)
-        kept = (real if keep_region else prefix).numpy()
-        start = prefixes[0] if len(set(prefixes)) == 1 else None
-        return cls(among, kept, real, prefix, start, start is not None and len(set(regions)) == 1)
-
-    def region_rows(self, values: torch.Tensor, rows: int) -> torch.Tensor:
-        """values (L, Q, ...) at each row's region columns start .. start + rows − 1 (clamped
-        into Q past a short region's end): (L, rows, ...)."""
-        first = self.start
-        if first is not None and first + rows <= values.shape[1]:  # one start: a view
-            return values[:, first:first + rows]
-        index = (self.starts[:, None] + torch.arange(rows)).clamp(max=values.shape[1] - 1).to(values.device)
-        return values.gather(1, index.view(*index.shape, *[1] * (values.dim() - 2)).expand(
-            -1, -1, *values.shape[2:]))

@@ -1,32 +1,35 @@
-"""Drafting over every row of a batch at once (drafting.py's diffusion_draft and
-dflash.chain_draft in lockstep): each kind of drafter keeps what its rows have not cached
-and drafts them all in one call a step; a row whose canvas is full rides along, drawing and
-counting nothing."""
+"""The drafters of a speculative loop, each over every row of a batch at once: what each row's
+drafter has not yet read of the verified prefix, and one drafting call over every live row
+(`block`); `draft` is a whole draft (drafting.draft: K steps or τ, or DFlash 2's chain).
+
+* `StandaloneDrafter`: a drafter network of its own that reads token ids (two-model pairs);
+  verified ids it has not cached ride along as causal rows of its next call.
+* `FullAttentionDrafter`: one without a prefix cache, re-reading each row's whole verified
+  sequence every call (Dream / LLaDA-style full attention).
+* `SelfDrafter`: a dual-mode network drafting for itself (self `linear`): its cache is the
+  verifier's.
+* `FeatureDrafter`: DFlash, conditioned on the verifier's features of the verified rows.
+* `ChainDrafter`: DFlash 2, one block pass, then its candidate chain slot by slot.
+
+A row whose canvas is full rides along a call, drawing and counting nothing.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from workloads.decoding.acceptance import draw
-from workloads.decoding.drafting import (
-    DraftSettings,
-    candidates,
-    commit_mask,
-    proposal_logits,
-    scores,
-    slot_logits,
-)
-from workloads.decoding.lockstep import Layout, Rows, staying
+from workloads.decoding.drafting import DraftSettings, draft, slot_logits
+from workloads.decoding.layout import Layout
+from workloads.decoding.rows import Rows, staying
 from workloads.decoding.sampling import distribution, point_mass
 
 
-class Drafting:
-    """A drafter's rows in lockstep (schedules.Drafter over every row): `pending`, what each
-    row's drafter has not cached, waiting[i] of it; `verified` queues the verifier's latest
-    rows, `block` is one drafting call, `draft` a whole draft (diffusion K steps or τ)."""
+class Drafter:
+    """A drafter over every live row: `pending`, what each row's drafter has not cached,
+    waiting[i] of it; `verified` queues the verifier's latest rows, `block` is one drafting
+    call, `draft` a whole draft (K steps or τ)."""
 
     def __init__(self, network):
         self.network = network
@@ -45,12 +48,12 @@ class Drafting:
 
     def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
-        return draft_rows(rows, self, last, widths, width, settings)
+        return draft(rows, self, last, widths, width, settings)
 
 
-class IdRows(Drafting):
-    """A standalone drafter's rows (schedules.StandaloneDrafter): the verified token ids each
-    row's drafter has not cached, `pending` (L, P), ride along as causal rows of its next call."""
+class StandaloneDrafter(Drafter):
+    """A drafter network of its own: the verified token ids each row's drafter has not cached,
+    `pending` (L, P), ride along as causal rows of its next call."""
 
     def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
         """The first counts[i] of the verifier's latest call's ids (L, Q) are now verified."""
@@ -64,22 +67,70 @@ class IdRows(Drafting):
         layout = Layout.of(self.waiting, 1 + widths, True, False)
         ids = _block_ids(self.pending, self.waiting, last, tokens, layout, mask_id)
         positions = self.network.slots.positions(np.arange(ids.shape[1]))
-        logits = rows.call(self.network, ids, positions, layout.among, layout.kept, layout.real, served)
+        logits = rows.call(self.network, layout.call(ids, positions, served))
         self.cached()
         return layout.region_rows(logits, tokens.shape[1] + 1)
 
 
-class ModelRows(IdRows):
-    """A dual-mode network drafting for itself (selfspec `linear`): its cache is the
-    verifier's, so nothing waits to be cached and its drafting rows are dropped."""
+class FullAttentionDrafter(StandaloneDrafter):
+    """A drafter without a prefix cache: every call re-reads each row's verified sequence, all
+    of its rows seeing each other (`history` (L, H), lengths[i] of it row i's), and keeps
+    nothing."""
+
+    def __init__(self, network):
+        super().__init__(network)
+        self.history = self.lengths = None
+
+    def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
+        """Append the first counts[i] of ids (L, Q) to row i's history."""
+        ids, counts = ids.cpu().numpy(), counts.cpu().numpy()
+        if self.history is None:
+            self.history, self.lengths = np.zeros((len(counts), 0), dtype=np.int64), np.zeros_like(counts)
+        total = self.lengths + counts
+        grown = np.zeros((len(total), max(int(total.max()), self.history.shape[1])), dtype=np.int64)
+        grown[:, :self.history.shape[1]] = self.history
+        column = np.arange(ids.shape[1])
+        new = column < counts[:, None]
+        row = np.broadcast_to(np.arange(len(total))[:, None], new.shape)
+        grown[row[new], (self.lengths[:, None] + column)[new]] = ids[new]
+        self.history, self.lengths = grown, total
+
+    def keep(self, stay: torch.Tensor | None) -> None:
+        if stay is not None:
+            self.history, self.lengths = self.history[stay.numpy()], self.lengths[stay.numpy()]
+
+    def block(self, rows: Rows, last: torch.Tensor, tokens: torch.Tensor, widths: torch.Tensor,
+              served: torch.Tensor, mask_id: int) -> torch.Tensor:
+        """One call over each row's [history, last, canvas] at positions 0 .., every row seeing
+        every other; returns the block rows' logits (L, W + 1, V)."""
+        lengths = torch.from_numpy(self.lengths)
+        layout = Layout.of(torch.zeros_like(lengths), lengths + 1 + widths, True, False)
+        width = tokens.shape[1]
+        ids = np.full((len(lengths), layout.among.shape[1] + width + 1), mask_id, dtype=np.int64)
+        ids[:, :self.history.shape[1]] = self.history
+        row = np.arange(len(lengths))
+        ids[row, self.lengths] = last.cpu().numpy()
+        slots = np.arange(width)
+        canvas = np.where(slots < widths.numpy()[:, None], tokens.cpu().numpy(), mask_id)
+        ids[row[:, None], self.lengths[:, None] + 1 + slots] = canvas
+        ids = torch.from_numpy(np.ascontiguousarray(ids[:, :layout.among.shape[1]]))
+        positions = torch.arange(ids.shape[1]).expand(len(lengths), -1)
+        logits = rows.call(self.network, layout.call(ids, positions, served))
+        index = (lengths[:, None] + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1).to(logits.device)
+        return logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+
+
+class SelfDrafter(StandaloneDrafter):
+    """A dual-mode network drafting for itself (self `linear`): its cache is the verifier's,
+    so nothing waits to be cached and its drafting rows are dropped."""
 
     def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
         self.pending, self.waiting = ids[:, :0], torch.zeros_like(counts)
 
 
-class FeatureRows(Drafting):
-    """A DFlash drafter's rows (dflash.DFlashDrafter): the verifier's features of the verified
-    rows each row's drafter has not cached, `pending` (L, N, F), its next call's context."""
+class FeatureDrafter(Drafter):
+    """A DFlash drafter: the verifier's features of the verified rows each row's drafter has
+    not cached, `pending` (L, N, F), its next call's context."""
 
     def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
         self.pending, self.waiting = features[:, :int(counts.max())], counts
@@ -90,23 +141,26 @@ class FeatureRows(Drafting):
         canvas = torch.where(torch.arange(tokens.shape[1]) < widths[:, None], tokens, mask_id)
         ids = torch.cat([last[:, None], canvas], 1)
         context = self.pending if bool(self.waiting.any()) else self.pending[:, :0]
-        forward, commit = self.network.prepare(self.network.slots.rows, context, self.waiting, ids, blocks)
+        forward, commit = self.network.prepare(context, self.waiting, ids, blocks)
         logits, self.hidden = rows.timed(self.network, forward, blocks, ids.numel(), commit, served)
         self.cached()
         return logits  # self.hidden: the block rows' states, for DFlash 2's candidate chain
 
 
-class ChainRows(FeatureRows):
-    """A DFlash 2 drafter's rows: one block pass, then its candidate chain drawn slot by slot
-    over every row at once (dflash.chain_draft)."""
+class ChainDrafter(FeatureDrafter):
+    """A DFlash 2 drafter: one block pass, then its candidate chain drawn slot by slot over
+    every row at once."""
 
     def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
-        """dflash.chain_draft over every live row, row i's chain widths[i] slots long: a
-        candidate c after the token t chosen before it scores logit(c) + ⟨pred(t) ⊙ W h,
-        succ(c)⟩, drawn from q = softmax(s / T) over the slot's candidates (argmax at a
-        point-mass setting). Returns (tokens (L, W), q (L, W, V); None at a point-mass
-        setting: one-hot at the draft, as `drawn_rows`)."""
+        """DFlash 2's one-pass draft over every live row, row i's chain widths[i] slots long:
+        each slot keeps its top-k candidates by logit, and a candidate c after the token t
+        chosen before it scores s(c) = logit(c) + ⟨pred(t) ⊙ W h, succ(c)⟩ (codebooks pred,
+        succ; h the slot's state), drawn left to right from q = softmax(s / T) over the
+        slot's candidates (argmax at a point-mass setting). Each token is drawn from its own
+        q given the tokens before it, so lossless stays exact. Returns (tokens (L, W), q
+        (L, W, V) scattered over the vocabulary; None at a point-mass setting: one-hot at
+        the draft, as drafting.proposed)."""
         selector = self.network.model.candidate_selector
         canvas = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
         point = point_mass(settings.temperature, settings.top_k)
@@ -131,56 +185,6 @@ class ChainRows(FeatureRows):
             before = candidates[:, i].gather(1, chosen[:, None])[:, 0]
             tokens.append(before.cpu())
         return torch.stack(tokens, 1), q
-
-
-def draft_rows(rows: Rows, drafter: Drafting, last: torch.Tensor, widths: torch.Tensor, width: int,
-               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    """diffusion_draft over every live row: row i drafts widths[i] tokens after its verified
-    prefix ending in last[i] (K steps or τ, each a call of `drafter`, IdRows or FeatureRows).
-    Every call runs over every live row; a row whose canvas is full rides along, drawing and
-    counting nothing. Returns (tokens (L, W), q (L, W, V), or None: one-hot at the draft,
-    `drawn_rows`), W = `width`."""
-    tokens = torch.full((last.shape[0], width), settings.mask_token_id, dtype=torch.long)
-    masked = torch.arange(width) < widths[:, None]
-    q, step = None, 0
-    while bool(masked.any()):
-        active = masked.any(1)
-
-        def counts(a: torch.Tensor = active) -> torch.Tensor:  # the slots each row draws for (greedy: none)
-            return torch.where(a, widths, 0)
-
-        logits = drafter.block(rows, last, tokens, widths, active, settings.mask_token_id)
-        drawn, proposal, untempered = drawn_rows(rows, logits, settings, counts, width)
-        device = untempered.device
-        if settings.steps is not None and settings.steps - step == 1:
-            chosen = masked.clone()
-        else:
-            probs = untempered.softmax(-1)
-            priority = scores(settings.unmask, probs, drawn.to(device),
-                              lambda c=counts, d=device: rows.uniform(c(), width, d))
-            chosen = commit_mask(settings, masked.to(device), priority, probs.amax(-1), step).cpu()
-        tokens = torch.where(chosen, drawn, tokens)
-        if proposal is not None:
-            q = proposal if q is None else torch.where(chosen[..., None].to(device), proposal, q)
-        masked &= ~chosen
-        step += 1
-    return tokens, q
-
-
-def drawn_rows(rows: Rows, logits: torch.Tensor, settings: DraftSettings, counts: Callable[[], torch.Tensor],
-               width: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Each live row's candidates (L, W), on the host, from its drafting regions' logits
-    (L, W + 1, V), with their proposals q (L, W, V) and untempered logits (L, W, V)
-    (drafting.proposal_logits). At a point-mass setting q is None: one-hot at the draft,
-    built only by an acceptance rule that reads it (verifying.accept). Else each row draws
-    its first counts()[i] slots' noise from its own generator."""
-    untempered = proposal_logits(logits, settings)
-    if point_mass(settings.temperature, settings.top_k):
-        return candidates(untempered, settings, None).cpu(), None, untempered
-    proposal = distribution(untempered, settings.temperature, settings.top_k, settings.top_p)
-    drawn = candidates(proposal, settings,
-                       lambda: rows.exponential(counts(), width, proposal.shape[-1], proposal.device))
-    return drawn.cpu(), proposal, untempered
 
 
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,
