@@ -42,10 +42,11 @@ class StubLM(StubModule):
         self.calls = 0
 
     def forward(self, input_ids, position_ids, attention_mask=None, cache=None, use_cache=True):
+        """Each row of the batch answers for its own positions (b, q)."""
         self.calls += 1
-        targets = [self.rule(int(p) + 1) for p in position_ids[0]]
-        logits = torch.full((1, len(targets), V), -30.0)
-        logits[0, torch.arange(len(targets)), torch.tensor(targets)] = 30.0
+        targets = torch.tensor([[self.rule(int(p) + 1) for p in row] for row in position_ids.tolist()])
+        logits = torch.full((*targets.shape, V), -30.0)
+        logits.scatter_(-1, targets[..., None], 30.0)
         return SimpleNamespace(logits=logits)
 
 
