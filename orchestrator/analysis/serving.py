@@ -10,7 +10,10 @@ setting there; the export says so instead of writing a setting that would decode
 
 from __future__ import annotations
 
+from orchestrator.engines import VLLM
 from workloads.decoding.kinds import PairKind
+
+SGLANG = "sglang"  # the key of SGLang's launch flags under an export's `serving` (SGLang measures no trial)
 
 
 def specsweep_only(config: dict) -> list[str]:
@@ -36,9 +39,9 @@ def dflash_serving(kind: PairKind, drafter: str, config: dict) -> dict:
                 "note": "measured with settings vLLM and SGLang do not have; decode it with specsweep"}
     drafts = kind.draft_width(config["block"])
     return {
-        "vllm": {"speculative_config": {"method": kind.serving_method, "model": drafter,
-                                        "num_speculative_tokens": drafts}},
-        "sglang": sglang_flags(drafter, config["block"]),
+        VLLM.section: {"speculative_config": {"method": kind.serving_method, "model": drafter,
+                                              "num_speculative_tokens": drafts}},
+        SGLANG: sglang_flags(drafter, config["block"]),
     }
 
 
@@ -57,9 +60,9 @@ def k_schedule(chosen: dict[int, dict]) -> dict | None:
     unless the sizes choose different K of one method and drafter, all of them servable."""
     settings = {}
     for size, serving in sorted(chosen.items()):
-        if "vllm" not in (serving or {}):
+        if VLLM.section not in (serving or {}):
             return None
-        settings[size] = serving["vllm"]["speculative_config"]  # None: no speculation
+        settings[size] = serving[VLLM.section]["speculative_config"]  # None: no speculation
     drafting = [s for s in settings.values() if s is not None]
     base = {k: v for k, v in drafting[0].items() if k != "num_speculative_tokens"} if drafting else None
     ks = [0 if s is None else s["num_speculative_tokens"] for s in settings.values()]
