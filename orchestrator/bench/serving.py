@@ -113,10 +113,12 @@ def table(rows: list[dict]) -> list[str]:
     without speculation, or `ar`), and its latencies; then every served (vLLM) row."""
     lines = [f"{'engine':<9} {'conc':>4} {'best':>12} {'tok/s':>8} {'vs none':>7} {'TTFT ms':>8} "
              f"{'TPOT ms':>8} {'p50 ms':>7} {'p99 ms':>7}"]
-    for engine in dict.fromkeys(r["engine"] for r in rows):
-        for c in sorted({r["concurrency"] for r in rows if r["engine"] == engine}):
-            best = max((r for r in rows if r["engine"] == engine and r["concurrency"] == c),
-                       key=lambda r: r["throughput_tps"])
+    by_engine: dict[str, list[dict]] = {}
+    for r in rows:
+        by_engine.setdefault(r["engine"], []).append(r)
+    for engine, measured in by_engine.items():
+        for c in sorted({r["concurrency"] for r in measured}):
+            best = max((r for r in measured if r["concurrency"] == c), key=lambda r: r["throughput_tps"])
             ttft, tpot, p50, p99 = (_ms(best.get(key)) for key in ("ttft_s", "tpot_s", "latency_p50_s",
                                                                    "latency_p99_s"))
             setting = f"{best['method']} n={best['num_speculative_tokens']}"
