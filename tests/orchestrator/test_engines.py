@@ -101,16 +101,17 @@ def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
         if isinstance(node, ast.Subscript):
             return isinstance(node.slice, ast.Constant) and node.slice.value == "engine"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
-            return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "engine"
+            first = node.args[0] if node.args else None
+            return isinstance(first, ast.Constant) and first.value == "engine"
         return False
 
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Compare) and any(map(names_engine, [node.left, *node.comparators])):
-            found.append(f"{path.relative_to(root)}:{node.lineno}")
-        elif isinstance(node, ast.MatchValue) and names_engine(node.value):
-            found.append(f"{path.relative_to(root)}:{node.lineno}")
-    return sorted(found, key=lambda where: int(where.rsplit(":", 1)[1]))
+    def branches(node: ast.AST) -> bool:
+        if isinstance(node, ast.Compare):
+            return any(map(names_engine, [node.left, *node.comparators]))
+        return isinstance(node, ast.MatchValue) and names_engine(node.value)
+
+    lines = sorted(node.lineno for node in ast.walk(ast.parse(path.read_text())) if branches(node))
+    return [f"{path.relative_to(root)}:{line}" for line in lines]
 
 
 def test_the_scan_finds_name_branches_but_not_export_keys(tmp_path):
