@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.analysis.metrics import NUMBER
-from orchestrator.analysis.serving import SGLANG, dflash_serving, k_schedule, sglang_flags
+from orchestrator.analysis.serving import SGLANG, dflash_serving, drafts_schedule, sglang_flags
 from orchestrator.analysis.timing import timing_report
 from orchestrator.engines import VLLM, engine_of
 from orchestrator.files import write_yaml
@@ -340,7 +340,7 @@ def export_configs(
     mapping = {size: _document(spec, study, row, pairs, timing)
                for size, row in by_batch_size(kept, how).items()}
     body = {"sweep": spec.name, "by_batch_size": mapping}
-    schedule = k_schedule({size: document.get("serving") for size, document in mapping.items()})
+    schedule = drafts_schedule({size: document.get("serving") for size, document in mapping.items()})
     if schedule is not None:  # one vLLM server that drafts as chosen at each batch size
         body[VLLM.section] = {"speculative_config": schedule}
     write_yaml(out / "by_batch_size.yaml", body)

@@ -52,12 +52,12 @@ def sglang_flags(drafter: str, block: int) -> list[str]:
             "--speculative-num-draft-tokens", str(block)]
 
 
-def k_schedule(chosen: dict[int, dict]) -> dict | None:
+def drafts_schedule(chosen: dict[int, dict]) -> dict | None:
     """vLLM's one `speculative_config` for configs chosen per batch size (size -> an export's
-    serving settings): `num_speculative_tokens_per_batch_size` [(lo, hi, K), ...], each size
-    covering the batch sizes above the previous one up to it (vLLM carries the last K above
-    it; K = 0 where no speculation was chosen), `num_speculative_tokens` the largest K. None
-    unless the sizes choose different K of one method and drafter, all of them servable."""
+    serving settings): `num_speculative_tokens_per_batch_size` [(lo, hi, n), ...], each size
+    covering the batch sizes above the previous one up to it (vLLM carries the last n above
+    it; n = 0 where no speculation was chosen), `num_speculative_tokens` the largest n. None
+    unless the sizes choose different n of one method and drafter, all of them servable."""
     settings = {}
     for size, serving in sorted(chosen.items()):
         if VLLM.section not in (serving or {}):
@@ -65,10 +65,10 @@ def k_schedule(chosen: dict[int, dict]) -> dict | None:
         settings[size] = serving[VLLM.section]["speculative_config"]  # None: no speculation
     drafting = [s for s in settings.values() if s is not None]
     base = {k: v for k, v in drafting[0].items() if k != "num_speculative_tokens"} if drafting else None
-    ks = [0 if s is None else s["num_speculative_tokens"] for s in settings.values()]
-    if base is None or len(set(ks)) == 1 or any(
+    drafts = [0 if s is None else s["num_speculative_tokens"] for s in settings.values()]
+    if base is None or len(set(drafts)) == 1 or any(
             {k: v for k, v in s.items() if k != "num_speculative_tokens"} != base for s in drafting):
         return None
     sizes = list(settings)
-    ranges = [[lo + 1, hi, k] for lo, hi, k in zip([0, *sizes[:-1]], sizes, ks)]
-    return {**base, "num_speculative_tokens": max(ks), "num_speculative_tokens_per_batch_size": ranges}
+    ranges = [[lo + 1, hi, n] for lo, hi, n in zip([0, *sizes[:-1]], sizes, drafts)]
+    return {**base, "num_speculative_tokens": max(drafts), "num_speculative_tokens_per_batch_size": ranges}

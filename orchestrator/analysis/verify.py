@@ -125,8 +125,9 @@ def verify(document: dict, records: list[dict]) -> Conformance:
 
 
 def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> str:
-    """Load a K-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
-    (batch size 1): each verification must draft the K of the range holding 1. One line."""
+    """Load an n-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
+    (batch size 1): each verification must draft the n (num_speculative_tokens) of the range
+    holding 1. One line."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
     with _serving(pair, speculative) as server:
         alone, _ = serve(server, _ids(pair, prompts),
@@ -144,8 +145,8 @@ def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> 
 
 def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callable[[str], None]) -> bool:
     """Verify each written config in vLLM on its trial's first `n` prompts and write what it
-    found into the file (`serving.vllm.verified`); load by_batch_size.yaml's K schedule where
-    it has one. One line each; whether every check passed."""
+    found into the file (`serving.vllm.verified`); load by_batch_size.yaml's drafts schedule
+    where it has one. One line each; whether every check passed."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.files import write_yaml

@@ -250,7 +250,8 @@ def export(
     """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
     provenance), chosen at each batch size; routes.yaml (the fastest config per batch size and
     accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
-    all`, the fastest; and vLLM's K-by-batch-size setting where the sizes chose different K)
+    all`, the fastest; and vLLM's num_speculative_tokens-by-batch-size setting where the sizes
+    chose different n)
     and the sweep's plots. With --verify-vllm, exit code 1 when vLLM decodes an export
     otherwise than measured; with --check-sglang, when SGLang's parser reads its flags
     otherwise than meant."""
