@@ -90,12 +90,15 @@ def test_only_vllm_writes_an_export_section():
 
 
 def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
-    """Comparisons in `path` against an engine's name: a literal name, or anything compared
-    with a config's `engine` (`x.engine`, `x["engine"]`, `x.get("engine")`)."""
+    """Comparisons in `path` against an engine's name: a literal name (alone or in a literal
+    list), or anything compared with a config's `engine` (`x.engine`, `x["engine"]`,
+    `x.get("engine")`). Export keys read by subscript (`serving["vllm"]`) compare nothing."""
 
     def names_engine(node: ast.AST) -> bool:
         if isinstance(node, ast.Constant):
             return node.value in NAMES
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return any(map(names_engine, node.elts))
         if isinstance(node, ast.Attribute):
             return node.attr == "engine"
         if isinstance(node, ast.Subscript):
@@ -117,8 +120,9 @@ def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
 def test_the_scan_finds_name_branches_but_not_export_keys(tmp_path):
     source = tmp_path / "branches.py"
     source.write_text('a = config.engine == "vllm"\nb = "sglang" in serving\nc = c.get("engine") != x\n'
-                      'd = serving["vllm"]\ne = {"vllm": 1}\n')
-    assert _name_branches(source, tmp_path) == ["branches.py:1", "branches.py:2", "branches.py:3"]
+                      'd = serving["vllm"]\ne = {"vllm": 1}\nf = engines == ["vllm"]\n')
+    assert _name_branches(source, tmp_path) == ["branches.py:1", "branches.py:2", "branches.py:3",
+                                                "branches.py:6"]
 
 
 def test_no_code_outside_the_engines_home_branches_on_an_engine_name():
