@@ -22,7 +22,8 @@ Choose = Callable[[str, list], object]  # the sampler's choice among values, und
 
 
 class Engine:
-    """One measuring engine. Subclasses set the attributes and override every method."""
+    """One measuring engine. Subclasses set the attributes and implement the methods that raise
+    here; the others hold what most engines share."""
 
     name: str  # space.engine's value and a config's `engine`
     title: str  # how one-line errors name it
@@ -38,7 +39,7 @@ class Engine:
     def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
         """Why this engine cannot run the space's values (`alone`: the only engine listed), in
         one line naming the dimension, or None."""
-        raise NotImplementedError
+        return None
 
     def pairs_error(self, dims: dict[str, list], kinds: dict[str, PairKind]) -> str | None:
         """Why the sweep's pairs (name -> kind) cannot run the space's values here, or None."""

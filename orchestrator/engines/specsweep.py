@@ -35,9 +35,6 @@ class SpecsweepEngine(Engine):
     controls = "ar"
     baseline = "ar"
 
-    def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
-        return None  # DecodeConfig checks its values (sweep.spec)
-
     def choose(self, dims: dict[str, list], kind: PairKind, pick: Pick, choose: Choose) -> tuple[Config, int]:
         """Schedule and block (quadratic only, and B >= 2, on dual-mode pairs; `|<kind>` names
         when a list is cut), the effort kind (steps or threshold, when both are given; none for
