@@ -125,14 +125,15 @@ class PairWorker:
         return made
 
     def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
-        """Decode and score every (example, formatted prompt) of the shard, in batches of
-        the shard's batch size, with the shard's controls; returns the per-prompt records,
-        the control records (per batch: `index` its batch, `new_tokens`, `wall_s`, `at`: when
-        it ran), how many untimed warm-up decodes preceded them, the Ray node and the GPU model."""
+        """Measure and score every (example, formatted prompt) of the shard the way its
+        config's engine measures (Engine.measure: `decode` here, or `serve` on a server)."""
         return engine_of(shard.config).measure(self, shard, items)
 
     def decode(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
-        """`run` in specsweep's engine: decoded here, batch by batch, beside the `ar` control."""
+        """`run` in specsweep's engine: decode the shard in batches of its batch size, with its
+        controls; returns the per-prompt records, the control records (per batch: `index` its
+        batch, `new_tokens`, `wall_s`, `at`: when it ran), how many untimed warm-up decodes
+        preceded them, the Ray node and the GPU model."""
         pair = self._pair(shard.pair)
         base, control = shard.config, shard.control
         configs = [base] + ([control] if control else [])
