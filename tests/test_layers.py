@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # package -> packages it must never import
 NEVER = {
+    "orchestrator/engines": ("orchestrator.analysis", "orchestrator.sweep", "orchestrator.bench",
+                             "orchestrator.commands"),
     "orchestrator/analysis": ("orchestrator.sweep", "orchestrator.bench", "orchestrator.commands"),
     "orchestrator/sweep": ("orchestrator.bench", "orchestrator.commands"),
     "workloads": ("orchestrator",),

@@ -15,8 +15,9 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.analysis.metrics import NUMBER
-from orchestrator.analysis.serving import dflash_serving, k_schedule, sglang_flags
+from orchestrator.analysis.serving import SGLANG, dflash_serving, drafts_schedule, sglang_flags
 from orchestrator.analysis.timing import timing_report
+from orchestrator.engines import VLLM, engine_of
 from orchestrator.files import write_yaml
 from orchestrator.stored import baseline
 from workloads.models.pairspec import refs
@@ -174,15 +175,14 @@ def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, f
     lines = []
     for (size, trial), met in picks.items():
         row = by_trial[trial]
-        m, vllm = row["metrics"], row["config"].get("engine") == "vllm"
-        where = f"{'concurrency' if vllm else 'batch size'} {size}"
+        m, engine = row["metrics"], engine_of(row["config"])
+        where = f"{'concurrency' if engine.served else 'batch size'} {size}"
         floor = f"accuracy >= {met[0]:g}" if len(met) == 1 else f"accuracy >= {met[0]:g} to {met[-1]:g}"
         why = [f"{m['throughput_tps']:.4g} tok/s"]
         if "throughput_ratio" in m:
             interval = (f" [{m['throughput_ratio_lo']:.2f}, {m['throughput_ratio_hi']:.2f}]"
                         if "throughput_ratio_lo" in m else "")
-            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed of "
-                       + ("vLLM without speculation" if vllm else "ar"))
+            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed of {engine.controls}")
         why.append(f"accuracy {m.get('accuracy', float('nan')):.3g}")
         if m.get("mean_accept_len"):
             why.append(f"accept length {m['mean_accept_len']:.2f}")
@@ -214,7 +214,7 @@ def _write(out: Path, document: dict) -> list[Path]:
     the file `vllm serve --config` takes as it is (`serve_options`)."""
     name = f"trial{document['provenance']['trial']}"
     written = [out / f"{name}.yaml"]
-    vllm = (document.get("serving") or {}).get("vllm")
+    vllm = (document.get("serving") or {}).get(VLLM.section)
     if vllm is not None:
         written.append(out / f"{name}.vllm.yaml")
         cpu = not any(h.get("gpus") for h in document["provenance"]["hardware"])
@@ -234,7 +234,7 @@ def serve_options(pair: str | dict, speculative: dict | None, cpu: bool) -> dict
 
 def _serve_line(name: str, serving: dict | None) -> str:
     """The export's first line: how to serve it, or why no serving engine can."""
-    if serving and "vllm" in serving:
+    if serving and VLLM.section in serving:
         return f"vllm serve --config {name}.vllm.yaml"
     if serving and "specsweep_only" in serving:
         return (f"specsweep only ({', '.join(serving['specsweep_only'])}: no vLLM or SGLang setting); "
@@ -249,19 +249,19 @@ def serving_settings(kind, pair: str | dict, config: dict) -> dict | None:
     kind has one (analysis.serving.dflash_serving); SGLang's flags and its launch command where
     SGLang has the method. None where no engine serves the pair's drafter."""
     found = refs(pair)
-    if config.get("engine") == "vllm":
+    if engine_of(config) is VLLM:
         speculative = ServingConfig.from_dict(config).speculative_config(found.get("drafter"))
-        serving = {"vllm": {"speculative_config": speculative}}
+        serving = {VLLM.section: {"speculative_config": speculative}}
         if speculative and speculative["method"] == "dflash":  # the same decoding in SGLang
             block = kind.block_for(speculative["num_speculative_tokens"])
-            serving["sglang"] = sglang_flags(found["drafter"], block)
+            serving[SGLANG] = sglang_flags(found["drafter"], block)
     elif kind is not None and kind.serving_method is not None:
         serving = dflash_serving(kind, found["drafter"], config)
     else:
         return None
-    if "sglang" in serving:
+    if SGLANG in serving:
         serving["sglang_command"] = shlex.join(["python", "-m", "sglang.launch_server", "--model-path",
-                                                found["verifier"], *serving["sglang"]])
+                                                found["verifier"], *serving[SGLANG]])
     return serving
 
 
@@ -340,9 +340,9 @@ def export_configs(
     mapping = {size: _document(spec, study, row, pairs, timing)
                for size, row in by_batch_size(kept, how).items()}
     body = {"sweep": spec.name, "by_batch_size": mapping}
-    schedule = k_schedule({size: document.get("serving") for size, document in mapping.items()})
+    schedule = drafts_schedule({size: document.get("serving") for size, document in mapping.items()})
     if schedule is not None:  # one vLLM server that drafts as chosen at each batch size
-        body["vllm"] = {"speculative_config": schedule}
+        body[VLLM.section] = {"speculative_config": schedule}
     write_yaml(out / "by_batch_size.yaml", body)
     written.append(out / "by_batch_size.yaml")
     for row in table:  # a route names a file: make sure it exists even when --pick left it out

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from orchestrator.analysis.summary import effort  # noqa: E402
+from orchestrator.engines.specsweep import effort  # noqa: E402
 from workloads.decoding.config import SPECULATIVE  # noqa: E402
 
 LABELS = {

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import optuna
 
 from orchestrator.analysis.throughput import fit_line
+from orchestrator.engines import VLLM, engine_of
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ def drafting(kind, config: dict, metrics: dict) -> tuple[int, float, float] | No
     """(W, p, ᾱ) of a configuration specsweep measured on a pair of `kind` (decoding.kinds):
     W its draft width, p its drafter passes an iteration (K a block; under τ as many as it
     took, from the forward passes counted), ᾱ its mean_accept_len. None where it drafts
-    nothing, was not counted, or was measured in vLLM itself (it needs no prediction)."""
-    if config.get("engine") == "vllm" or config["schedule"] == "ar" or not metrics.get("tokens_per_nfe"):
+    nothing, was not counted, or was measured served (in vLLM itself: it needs no prediction)."""
+    if engine_of(config).served or config["schedule"] == "ar" or not metrics.get("tokens_per_nfe"):
         return None
     alpha = metrics.get("mean_accept_len", 0.0)
     passes = config["steps"] if config.get("threshold") is None else drafter_passes(
@@ -116,7 +117,7 @@ def vllm_trials(study) -> list[dict]:
     out = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         config, metrics = t.user_attrs["config"], t.user_attrs.get("metrics", {})
-        if config.get("engine") == "vllm" and metrics.get("throughput_ratio"):
+        if engine_of(config) is VLLM and metrics.get("throughput_ratio"):
             out.append({**{k: config[k] for k in ("method", "num_speculative_tokens", "concurrency")},
                         **{k: metrics[k] for k in ("throughput_tps", "throughput_ratio")},
                         "mean_accept_len": metrics.get("mean_accept_len", 0.0)})

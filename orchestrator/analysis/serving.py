@@ -10,7 +10,10 @@ setting there; the export says so instead of writing a setting that would decode
 
 from __future__ import annotations
 
+from orchestrator.engines import VLLM
 from workloads.decoding.kinds import PairKind
+
+SGLANG = "sglang"  # the key of SGLang's launch flags under an export's `serving` (SGLang measures no trial)
 
 
 def specsweep_only(config: dict) -> list[str]:
@@ -36,9 +39,9 @@ def dflash_serving(kind: PairKind, drafter: str, config: dict) -> dict:
                 "note": "measured with settings vLLM and SGLang do not have; decode it with specsweep"}
     drafts = kind.draft_width(config["block"])
     return {
-        "vllm": {"speculative_config": {"method": kind.serving_method, "model": drafter,
-                                        "num_speculative_tokens": drafts}},
-        "sglang": sglang_flags(drafter, config["block"]),
+        VLLM.section: {"speculative_config": {"method": kind.serving_method, "model": drafter,
+                                              "num_speculative_tokens": drafts}},
+        SGLANG: sglang_flags(drafter, config["block"]),
     }
 
 
@@ -49,23 +52,23 @@ def sglang_flags(drafter: str, block: int) -> list[str]:
             "--speculative-num-draft-tokens", str(block)]
 
 
-def k_schedule(chosen: dict[int, dict]) -> dict | None:
+def drafts_schedule(chosen: dict[int, dict]) -> dict | None:
     """vLLM's one `speculative_config` for configs chosen per batch size (size -> an export's
-    serving settings): `num_speculative_tokens_per_batch_size` [(lo, hi, K), ...], each size
-    covering the batch sizes above the previous one up to it (vLLM carries the last K above
-    it; K = 0 where no speculation was chosen), `num_speculative_tokens` the largest K. None
-    unless the sizes choose different K of one method and drafter, all of them servable."""
+    serving settings): `num_speculative_tokens_per_batch_size` [(lo, hi, n), ...], each size
+    covering the batch sizes above the previous one up to it (vLLM carries the last n above
+    it; n = 0 where no speculation was chosen), `num_speculative_tokens` the largest n. None
+    unless the sizes choose different n of one method and drafter, all of them servable."""
     settings = {}
     for size, serving in sorted(chosen.items()):
-        if "vllm" not in (serving or {}):
+        if VLLM.section not in (serving or {}):
             return None
-        settings[size] = serving["vllm"]["speculative_config"]  # None: no speculation
+        settings[size] = serving[VLLM.section]["speculative_config"]  # None: no speculation
     drafting = [s for s in settings.values() if s is not None]
     base = {k: v for k, v in drafting[0].items() if k != "num_speculative_tokens"} if drafting else None
-    ks = [0 if s is None else s["num_speculative_tokens"] for s in settings.values()]
-    if base is None or len(set(ks)) == 1 or any(
+    drafts = [0 if s is None else s["num_speculative_tokens"] for s in settings.values()]
+    if base is None or len(set(drafts)) == 1 or any(
             {k: v for k, v in s.items() if k != "num_speculative_tokens"} != base for s in drafting):
         return None
     sizes = list(settings)
-    ranges = [[lo + 1, hi, k] for lo, hi, k in zip([0, *sizes[:-1]], sizes, ks)]
-    return {**base, "num_speculative_tokens": max(ks), "num_speculative_tokens_per_batch_size": ranges}
+    ranges = [[lo + 1, hi, n] for lo, hi, n in zip([0, *sizes[:-1]], sizes, drafts)]
+    return {**base, "num_speculative_tokens": max(drafts), "num_speculative_tokens_per_batch_size": ranges}

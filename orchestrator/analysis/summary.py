@@ -15,40 +15,6 @@ SHORT = {"throughput_tps": "tok/s", "throughput_ratio": "ratio", "accuracy": "ac
          "tokens_per_nfe": "tok/NFE"}
 
 
-def config_label(config: dict) -> str:
-    """A configuration in a few words, as a table row reads it: `linear B8 K=1 λ0.5` in
-    specsweep's engine (no rule where it is lossless); in vLLM its method and
-    num_speculative_tokens, `dflash n=3`."""
-    shown = columns(config)
-    if config.get("engine") == "vllm":
-        drafts = config["num_speculative_tokens"]
-        return config["method"] + (f" n={drafts}" if drafts else "")
-    if config["schedule"] == "ar":
-        return "ar"
-    rule = {"lossless": "", "linear": " λ{:g}", "cactus": " δ{:g}", "match": " match λ{:g}"}[shown["rule"]]
-    return f"{shown['schedule']} B{shown['block']} {shown['effort']}{rule.format(shown['leniency'])}"
-
-
-def effort(config: dict) -> str:
-    """A config's drafting effort as the tables and plots show it: `τ=<threshold>` or `K=<steps>`."""
-    if config.get("threshold") is not None:
-        return f"τ={config['threshold']:g}"
-    return f"K={config.get('steps') or 1}"
-
-
-def columns(config: dict) -> dict:
-    """How a trial's config reads in tables and run names, in either engine: `schedule`
-    (under vLLM, `vllm <method>`), `block` (B; '-' under vLLM), `effort` (K or τ; under vLLM
-    `n=<num_speculative_tokens>`, its drafts per verification; '-' without speculation), `rule`
-    and `leniency` (vLLM verifies losslessly)."""
-    if config.get("engine") == "vllm":
-        drafts = config["num_speculative_tokens"]
-        return {"schedule": f"vllm {config['method']}", "block": "-",
-                "effort": f"n={drafts}" if drafts else "-", "rule": "lossless", "leniency": 0}
-    return {"schedule": config["schedule"], "block": config["block"], "effort": effort(config),
-            "rule": config["rule"], "leniency": config["leniency"]}
-
-
 def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None = None) -> list[dict]:
     """One row per frontier trial (trial, pair, batch size, exact, config, params,
     objectives, metrics, its MLflow run id from `run_ids`), flagged `tied` when statistically

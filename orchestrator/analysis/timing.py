@@ -1,12 +1,13 @@
-"""How far a sweep's timings can be trusted: the drift of its controls per pair (specsweep's
-`ar`, or vLLM without speculation) and the hardware they ran on, read from the study (the
-driver, `status` and exports share it)."""
+"""How far a sweep's timings can be trusted: the drift of its controls per pair and engine
+(Engine.controls: specsweep's `ar`, or vLLM without speculation) and the hardware they ran
+on, read from the study (the driver, `status` and exports share it)."""
 
 from __future__ import annotations
 
 import optuna
 
 from orchestrator.analysis.metrics import drift
+from orchestrator.engines import ENGINES, engine_of
 from orchestrator.stored import baseline, batch_size
 
 
@@ -16,16 +17,15 @@ def timing_report(study: optuna.Study) -> dict:
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         c = t.user_attrs.get("control")
         if c:  # controls of another engine or batch size run at another speed: one report each
-            engine = t.user_attrs.get("config", {}).get("engine", "specsweep")
+            engine = engine_of(t.user_attrs.get("config", {})).name
             points.setdefault((t.user_attrs["pair"], engine, batch_size(t)), []).append(
                 (c["at"], t.number, c["ms_per_token"]))
     report = {}
-    for (pair, engine, size), pts in sorted(points.items()):
-        served = engine == "vllm"
-        tps = None if served else baseline(study, pair, "ar", size).get("throughput_tps")
-        name = pair + (":vllm" if served else "") + (f":b{size}" if size > 1 else "")
-        report[name] = {**drift(pts, 1000 / tps if tps else None),
-                        "controls": "vllm unspeculative" if served else "ar"}
+    for (pair, name, size), pts in sorted(points.items()):
+        engine = ENGINES[name]
+        tps = baseline(study, pair, engine.baseline, size).get("throughput_tps") if engine.baseline else None
+        key = engine.drift_key(pair) + (f":b{size}" if size > 1 else "")
+        report[key] = {**drift(pts, 1000 / tps if tps else None), "controls": engine.controls}
     return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.analysis.export import is_export
+from orchestrator.analysis.serving import SGLANG
+from orchestrator.engines import VLLM, engine_of
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig, ServingError
@@ -45,9 +47,9 @@ def serving_config(document: dict) -> ServingConfig:
     sampling and stop strings; ServingError naming why it cannot be verified, ExportError
     naming the field of a setting that is there but malformed."""
     serving = document.get("serving") or {}
-    speculative = serving.get("vllm", {}).get("speculative_config")
+    speculative = serving.get(VLLM.section, {}).get("speculative_config")
     if not speculative:
-        why = "; ".join(serving.get("specsweep_only", [])) or ("no drafts" if "vllm" in serving else
+        why = "; ".join(serving.get("specsweep_only", [])) or ("no drafts" if VLLM.section in serving else
                                                                 "vLLM serves no drafter of this pair")
         raise ServingError(f"verify: this export has no vLLM speculative_config ({why})")
     config = document["config"]
@@ -76,8 +78,9 @@ def _by_load(decoded: list[Decoded], records: list[dict]) -> tuple[list[Decoded]
 
 
 def per_load(config: dict) -> bool:
-    """Whether a trial counted its drafts per load, not per prompt: vLLM above concurrency 1."""
-    return config.get("engine") == "vllm" and config.get("concurrency", 1) > 1
+    """Whether a trial counted its drafts per load, not per prompt: served (vLLM) above
+    concurrency 1."""
+    return engine_of(config).served and config.get("concurrency", 1) > 1
 
 
 def first_records(records: list[dict], n: int, whole_loads: bool = False) -> list[dict]:
@@ -110,7 +113,7 @@ def verify(document: dict, records: list[dict]) -> Conformance:
     """Serve `records`' prompts (the trial's logged records, in index order) one at a time on a
     vLLM server started with the export's setting; compare each with its record."""
     config = serving_config(document)
-    with _serving(document["pair"], document["serving"]["vllm"]["speculative_config"]) as server:
+    with _serving(document["pair"], document["serving"][VLLM.section]["speculative_config"]) as server:
         theirs = served(server, _ids(document["pair"], [r["prompt"] for r in records]), config)
         kernel_check = server.kernel_check()
     ours = [Decoded.of(r) for r in records]
@@ -122,8 +125,9 @@ def verify(document: dict, records: list[dict]) -> Conformance:
 
 
 def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> str:
-    """Load a K-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
-    (batch size 1): each verification must draft the K of the range holding 1. One line."""
+    """Load an n-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
+    (batch size 1): each verification must draft the n (num_speculative_tokens) of the range
+    holding 1. One line."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
     with _serving(pair, speculative) as server:
         alone, _ = serve(server, _ids(pair, prompts),
@@ -141,8 +145,8 @@ def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> 
 
 def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callable[[str], None]) -> bool:
     """Verify each written config in vLLM on its trial's first `n` prompts and write what it
-    found into the file (`serving.vllm.verified`); load by_batch_size.yaml's K schedule where
-    it has one. One line each; whether every check passed."""
+    found into the file (`serving.vllm.verified`); load by_batch_size.yaml's drafts schedule
+    where it has one. One line each; whether every check passed."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.files import write_yaml
@@ -160,16 +164,16 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
             raise ExportError(f"export: {path}: {str(err).removeprefix('export: ')}") from None
         records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
         result = verify(document, first_records(records, n, per_load(document["config"])))
-        document["serving"]["vllm"]["verified"] = result.summary()
+        document["serving"][VLLM.section]["verified"] = result.summary()
         write_yaml(path, document)
         say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])
                                 if result.passed else "\n  ".join(result.lines())))
         passed &= result.passed
     table = read_export(out / "by_batch_size.yaml")
-    if "vllm" in table:
+    if VLLM.section in table:
         first = next(iter(table["by_batch_size"].values()))
         records = logged_records(client, first["provenance"]["mlflow_run_id"]) or []
-        say("by_batch_size.yaml: " + verify_schedule(first["pair"], table["vllm"]["speculative_config"],
+        say("by_batch_size.yaml: " + verify_schedule(first["pair"], table[VLLM.section]["speculative_config"],
                                                      [r["prompt"] for r in records[:n]]))
     return passed
 
@@ -180,7 +184,7 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
     from orchestrator.files import write_yaml
 
     documents = {p: read_export(p) for p in filter(is_export, written)}
-    servable = {p: d for p, d in documents.items() if "sglang" in (d.get("serving") or {})}
+    servable = {p: d for p, d in documents.items() if SGLANG in (d.get("serving") or {})}
     for path, document in documents.items():
         if path not in servable:
             blocked = (document.get("serving") or {}).get("specsweep_only", [])
@@ -188,8 +192,8 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
             say(f"{path.name}: SGLang not checked: this export has no SGLang flags ({why})")
     pairs = {p: refs(d["pair"]) for p, d in servable.items()}
     # held to the export's vLLM setting: SGLang's draft tokens are vLLM's drafts and the anchor
-    results = check([(pairs[p]["verifier"], d["serving"]["sglang"], pairs[p]["drafter"],
-                      d["serving"]["vllm"]["speculative_config"]["num_speculative_tokens"] + 1)
+    results = check([(pairs[p]["verifier"], d["serving"][SGLANG], pairs[p]["drafter"],
+                      d["serving"][VLLM.section]["speculative_config"]["num_speculative_tokens"] + 1)
                      for p, d in servable.items()]) if servable else []
     for (path, document), result in zip(servable.items(), results):
         if "error" in result:

@@ -119,18 +119,18 @@ def vllm_columns(pair: Pair, refs: dict, prompts: list[str], sizes: list[int], m
                  blocks: tuple[int, ...] = (4, 8)) -> dict[int, dict]:
     """Per batch size, vLLM serving `prompts` at that concurrency: `vllm_ar_tps` (no
     speculation) and, of the DFlash widths drafting `blocks`, the best one's `vllm_dflash_tps`
-    and `vllm_dflash_k` (bench/serving.vllm_rows; `vllm_ar_tps` is the unspeculative load
-    served right after it). One server a width."""
+    and its num_speculative_tokens `vllm_dflash_n` (bench/serving.vllm_rows; `vllm_ar_tps` is
+    the unspeculative load served right after it). One server a width."""
     from orchestrator.bench.serving import vllm_rows
 
     widths = sorted({pair.kind.draft_width(block) for block in blocks})
     ids = [pair.tokenizer(p).input_ids for p in prompts]
-    rows = vllm_rows(refs, ids, [("dflash", k) for k in widths], sizes, max_new_tokens, progress)
+    rows = vllm_rows(refs, ids, [("dflash", width) for width in widths], sizes, max_new_tokens, progress)
     columns = {}
     for size in sizes:
         best = max((r for r in rows if r["concurrency"] == size), key=lambda r: r["throughput_tps"])
         columns[size] = {"vllm_ar_tps": best["control_tps"], "vllm_dflash_tps": best["throughput_tps"],
-                         "vllm_dflash_k": best["k"]}
+                         "vllm_dflash_n": best["num_speculative_tokens"]}
     return columns
 
 
@@ -158,7 +158,7 @@ def table(rows: list[dict], pair: str, n: int, threads: int) -> list[str]:
     for r in rows:
         slack = " / ".join(f"{v:.0f}" for v in r["slack_tps"].values())
         served = (f"{r['vllm_ar_tps']:8.1f} {r['ar_tps'] / r['vllm_ar_tps']:6.2f}x "
-                  f"{'K=' + str(r['vllm_dflash_k']) + ' ' + format(r['vllm_dflash_tps'], '.1f'):>14} "
+                  f"{'n=' + str(r['vllm_dflash_n']) + ' ' + format(r['vllm_dflash_tps'], '.1f'):>14} "
                   f"{r['best_tps'] / r['vllm_dflash_tps']:8.2f}x  ") if vllm else ""
         lines.append(f"{r['batch_size']:>5} {r['ar_tps']:8.1f} {r['hf_generate_tps']:8.1f} "
                      f"{r['ar_tps'] / r['hf_generate_tps']:5.2f}x {r['best']:>18} "

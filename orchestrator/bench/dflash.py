@@ -41,7 +41,7 @@ def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_n
         reference(prompt)
         decode(pair, prompt, ours)
         decode(pair, prompt, ar)
-    totals = {name: [0, 0.0] for name in ("ar", "specsweep", "reference")}
+    totals = {name: [0, 0.0] for name in ("ar", "ours", "reference")}
     same = 0
     with torch.inference_mode():
         for i, prompt in enumerate(prompts):
@@ -49,7 +49,7 @@ def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_n
             mine = decode(pair, prompt, ours)
             base = decode(pair, prompt, ar)
             same += mine.token_ids == tokens
-            runs = {"reference": (len(tokens), wall), "specsweep": (mine.new_tokens, mine.wall_s),
+            runs = {"reference": (len(tokens), wall), "ours": (mine.new_tokens, mine.wall_s),
                     "ar": (base.new_tokens, base.wall_s)}
             for name, (n, s) in runs.items():
                 totals[name][0] += n
@@ -57,12 +57,12 @@ def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_n
             if progress:
                 progress(i + 1)
     speed = {name: n / s for name, (n, s) in totals.items()}
-    labels = {"ar": "ar (verifier alone)", "specsweep": f"specsweep linear B={block} K=1 lossless",
+    labels = {"ar": "ar (verifier alone)", "ours": f"specsweep linear B={block} K=1 lossless",
               "reference": f"dflash_generate block_size={block}"}
     return [{"decoder": labels[name], "throughput_tps": speed[name],
              "throughput_ratio": speed[name] / speed["ar"], "vs_reference": speed[name] / speed["reference"],
-             "same_tokens": same if name == "specsweep" else None}
-            for name in ("ar", "reference", "specsweep")]
+             "same_tokens": same if name == "ours" else None}
+            for name in ("ar", "reference", "ours")]
 
 
 def lossless_grid(kind: PairKind, max_new_tokens: int) -> dict[str, DecodeConfig]:

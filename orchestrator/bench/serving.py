@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 
 from orchestrator.analysis.metrics import serving_metrics
+from orchestrator.engines import ENGINES, SPECSWEEP, VLLM
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models.pair import Pair
 from workloads.serving.config import ServingConfig
@@ -37,14 +38,16 @@ def _server(checkpoints: dict, config: ServingConfig) -> VllmServer:
 
 def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]], concurrencies: list[int],
               max_new_tokens: int, progress: Callable[[str], None] | None = None) -> list[dict]:
-    """One row per (method, K, concurrency) of vLLM: load_metrics, the start time of its
+    """One row per (method, num_speculative_tokens, concurrency) of vLLM (`settings`: (method,
+    num_speculative_tokens) pairs): load_metrics, the start time of its
     server, and `throughput_ratio` against no speculation served right after it (whose
     tokens/s is `control_tps`)."""
     rows = []
     base = _server(refs, ServingConfig(max_new_tokens=max_new_tokens))
     try:
-        for method, k in settings:
-            config = ServingConfig(method=method, num_speculative_tokens=k, max_new_tokens=max_new_tokens)
+        for method, drafts in settings:
+            config = ServingConfig(method=method, num_speculative_tokens=drafts,
+                                   max_new_tokens=max_new_tokens)
             server = _server(refs, config)
             try:
                 for c in concurrencies:
@@ -58,12 +61,13 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
                     plain, plain_wall = serve(base, ids, control)
                     metrics = load_metrics(served, wall)
                     control_tps = load_metrics(plain, plain_wall)["throughput_tps"]
-                    rows.append({"engine": "vllm", "method": method, "k": k, "concurrency": c,
+                    rows.append({"engine": VLLM.name, "method": method, "num_speculative_tokens": drafts,
+                                 "concurrency": c,
                                  "start_s": server.start_s, **metrics, "control_tps": control_tps,
                                  "throughput_ratio": metrics["throughput_tps"] / control_tps,
                                  "workaround": bool(server.report.get("patched"))})
                     if progress:
-                        progress(f"vllm {method} K={k} concurrency {c}: "
+                        progress(f"vllm {method} n={drafts} concurrency {c}: "
                                  f"{metrics['throughput_tps']:.0f} tok/s")
             finally:
                 server.stop()
@@ -74,26 +78,26 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
 
 def specsweep_rows(pair: Pair, prompts: list[str], widths: list[int], sizes: list[int], max_new_tokens: int,
                    progress: Callable[[str], None] | None = None) -> list[dict]:
-    """One row per (draft width K, batch size) of specsweep's engine: `linear` K = 1 at the
-    block that drafts K tokens, its tokens/s and `throughput_ratio` against `ar`, batch by
-    batch, interleaved."""
+    """One row per (draft width W, batch size) of specsweep's engine: `linear` K = 1 at the
+    block that drafts W tokens (vLLM's num_speculative_tokens W), its tokens/s and
+    `throughput_ratio` against `ar`, batch by batch, interleaved."""
     configs = {0: DecodeConfig(schedule="ar", max_new_tokens=max_new_tokens)}
-    for k in widths:
-        configs[k] = DecodeConfig(schedule="linear", block=pair.kind.block_for(k), steps=1,
-                                  max_new_tokens=max_new_tokens)
+    for width in widths:
+        configs[width] = DecodeConfig(schedule="linear", block=pair.kind.block_for(width), steps=1,
+                                      max_new_tokens=max_new_tokens)
     rows = []
     for size in sizes:
-        totals = {k: [0, 0.0] for k in configs}
+        totals = {width: [0, 0.0] for width in configs}
         for start in range(0, len(prompts), size):
-            for k, config in configs.items():
+            for width, config in configs.items():
                 done = decode_batch(pair, prompts[start:start + size], config)
-                totals[k][0] += sum(r.new_tokens for r in done.results)
-                totals[k][1] += done.wall_s
+                totals[width][0] += sum(r.new_tokens for r in done.results)
+                totals[width][1] += done.wall_s
         ar = totals[0][0] / totals[0][1]
-        for k in widths:
-            tps = totals[k][0] / totals[k][1]
-            rows.append({"engine": "specsweep", "method": pair.kind.name, "k": k, "concurrency": size,
-                         "throughput_tps": tps, "throughput_ratio": tps / ar})
+        for width in widths:
+            tps = totals[width][0] / totals[width][1]
+            rows.append({"engine": SPECSWEEP.name, "method": pair.kind.name, "num_speculative_tokens": width,
+                         "concurrency": size, "throughput_tps": tps, "throughput_ratio": tps / ar})
         if progress:
             progress(f"specsweep batch {size}: done")
     return rows
@@ -104,22 +108,27 @@ def _ms(seconds: float | None) -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    """Per engine and concurrency: the best method and K by tokens/s, its ratio against no
-    speculation (vLLM) or `ar` (specsweep), and its latencies; then every vLLM row."""
+    """Per engine (in the rows' order) and concurrency: the best method and
+    num_speculative_tokens (n) by tokens/s, its ratio against its engine's controls (vLLM
+    without speculation, or `ar`), and its latencies; then every served (vLLM) row."""
     lines = [f"{'engine':<9} {'conc':>4} {'best':>12} {'tok/s':>8} {'vs none':>7} {'TTFT ms':>8} "
              f"{'TPOT ms':>8} {'p50 ms':>7} {'p99 ms':>7}"]
-    for engine in ("vllm", "specsweep"):
-        for c in sorted({r["concurrency"] for r in rows if r["engine"] == engine}):
-            best = max((r for r in rows if r["engine"] == engine and r["concurrency"] == c),
-                       key=lambda r: r["throughput_tps"])
+    by_engine: dict[str, list[dict]] = {}
+    for r in rows:
+        by_engine.setdefault(r["engine"], []).append(r)
+    for engine, measured in by_engine.items():
+        for c in sorted({r["concurrency"] for r in measured}):
+            best = max((r for r in measured if r["concurrency"] == c), key=lambda r: r["throughput_tps"])
             ttft, tpot, p50, p99 = (_ms(best.get(key)) for key in ("ttft_s", "tpot_s", "latency_p50_s",
                                                                    "latency_p99_s"))
-            lines.append(f"{engine:<9} {c:>4} {best['method'] + ' K=' + str(best['k']):>12} "
+            setting = f"{best['method']} n={best['num_speculative_tokens']}"
+            lines.append(f"{engine:<9} {c:>4} {setting:>12} "
                          f"{best['throughput_tps']:8.1f} {best['throughput_ratio']:6.2f}x {ttft:>8} "
                          f"{tpot:>8} {p50:>7} {p99:>7}")
     lines.append("vllm, every setting (tok/s, ratio against no speculation at the same concurrency):")
-    for r in (r for r in rows if r["engine"] == "vllm"):
-        lines.append(f"  {r['method']:<7} K={r['k']:<2} concurrency {r['concurrency']:>3}: "
+    for r in (r for r in rows if ENGINES[r["engine"]].served):
+        lines.append(f"  {r['method']:<7} n={r['num_speculative_tokens']:<2} "
+                     f"concurrency {r['concurrency']:>3}: "
                      f"{r['throughput_tps']:8.1f} tok/s {r['throughput_ratio']:5.2f}x  "
                      f"TTFT {1000 * r['ttft_s']:6.1f} ms  start {r['start_s']:.0f} s")
     return lines

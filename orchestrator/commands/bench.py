@@ -278,7 +278,7 @@ def serve_bench(
     pair: str = typer.Option("toy-dflash", help="Pair (bundled name)."),
     concurrency: str = typer.Option("1,4,16", "--concurrency", help="Requests in flight (batch sizes)."),
     methods: str = typer.Option("ngram,dflash", "--methods", help="vLLM speculative methods."),
-    k: str = typer.Option("1,3,5,7", "--k", help="num_speculative_tokens values."),
+    drafts: str = typer.Option("1,3,5,7", "--num-speculative-tokens", help="num_speculative_tokens values."),
     n: int = typer.Option(32, "--n", min=1, help="arith test prompts."),
     max_new_tokens: int = typer.Option(48),
     threads: int = THREADS,
@@ -293,7 +293,7 @@ def serve_bench(
     from workloads.models.pairspec import BUNDLED
 
     sizes = parse_sizes(concurrency)
-    widths = parse_sizes(k)
+    widths = parse_sizes(drafts)
     loaded = _load(pair, threads)
     prompts = arith(n)[0]
     ids = [loaded.tokenizer(p).input_ids for p in prompts]

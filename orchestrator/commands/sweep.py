@@ -16,7 +16,7 @@ ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sw
 
 def _table(title: str, spec, rows: list[dict]):
     """The frontier rows, narrow enough for 80 columns: the configuration in a few words
-    (summary.config_label: a lenient rule and its leniency), short objective headers,
+    (Engine.label: a lenient rule and its leniency), short objective headers,
     no column rules; the batch size only where one is not 1, under vLLM the concurrency;
     notes (lossy, tied, timing flagged) only where a row has one. With `predicted_vllm` on
     them (frontier --predict-vllm), a column per concurrency of the predicted vLLM ratio and
@@ -24,13 +24,14 @@ def _table(title: str, spec, rows: list[dict]):
     from rich import box
     from rich.table import Table
 
-    from orchestrator.analysis.summary import SHORT, config_label
+    from orchestrator.analysis.summary import SHORT
+    from orchestrator.engines import engine_of
 
     # the speed ratio against the trial's own controls (ar, or vLLM without speculation)
     ratio = ["throughput_ratio"] if "throughput_ratio" not in spec.objectives and any(
         "throughput_ratio" in r.get("metrics", {}) for r in rows) else []
     predicted = sorted({c for r in rows for c in (r.get("predicted_vllm") or {})})
-    served = bool(rows) and all(r["config"].get("engine") == "vllm" for r in rows)
+    served = bool(rows) and all(engine_of(r["config"]).served for r in rows)
     sized = served or any(r.get("batch_size", 1) != 1 for r in rows)
     notes = {r["trial"]: ", ".join(n for n, on in (("lossy", not r["exact"]), ("tied", r.get("tied")),
                                                    ("timing flagged", r.get("timing_flagged"))) if on)
@@ -47,7 +48,7 @@ def _table(title: str, spec, rows: list[dict]):
             str(r["trial"]),
             r["pair"],
             *([str(r.get("batch_size", 1))] if sized else []),
-            config_label(r["config"]),
+            engine_of(r["config"]).label(r["config"]),
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
             *(f"{r['metrics']['throughput_ratio']:.2f}x" if "throughput_ratio" in r["metrics"] else "-"
               for _ in ratio),
@@ -249,7 +250,8 @@ def export(
     """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
     provenance), chosen at each batch size; routes.yaml (the fastest config per batch size and
     accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
-    all`, the fastest; and vLLM's K-by-batch-size setting where the sizes chose different K)
+    all`, the fastest; and vLLM's num_speculative_tokens-by-batch-size setting where the sizes
+    chose different n)
     and the sweep's plots. With --verify-vllm, exit code 1 when vLLM decodes an export
     otherwise than measured; with --check-sglang, when SGLang's parser reads its flags
     otherwise than meant."""

@@ -29,6 +29,7 @@ from pathlib import Path
 import optuna
 import ray
 
+from orchestrator.engines import listed
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
 from orchestrator.sweep.plan import Planner, decoding_order
@@ -48,7 +49,6 @@ from orchestrator.sweep.tracking import check_reachable, default_uri
 from orchestrator.sweep.workers import serving
 from workloads.decoding.config import ConfigError
 from workloads.models.pairspec import PairError
-from workloads.serving.vllm import vllm_python
 from workloads.tasks import Example, get_task
 
 
@@ -97,8 +97,8 @@ class Driver:
         task = get_task(t.name, t.data)
         self.examples = decoding_order(self.spec, task.examples(n=t.limit, seed=t.seed))
         self.prompts = pair_prompts(self.spec, task, self.examples)
-        if "vllm" in self.spec.dimension_values().get("engine", []):
-            vllm_python()  # a serving engine that is not set up fails here, not in every trial
+        for engine in listed(self.spec.dimension_values()):
+            engine.prepare()  # an engine that is not set up fails here, not in every trial
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
             check_reachable(self.tracking_uri)
         if self.ray_address:

@@ -16,6 +16,7 @@ from functools import cached_property
 import optuna
 
 from orchestrator.analysis.racing import race_order
+from orchestrator.engines import engine_of
 from orchestrator.stored import baseline_key
 from orchestrator.sweep.outcome import shard_records
 from orchestrator.sweep.race import Race, Rung, law
@@ -68,15 +69,14 @@ class Planner:
 
     def shards(self, candidate: Candidate, trial: optuna.Trial | None, start: int, end: int) -> list[Shard]:
         """Shards of the prompts start..end-1 (decoding order), one per eligible worker, each
-        of whole batches; a trial's carry the `ar` control."""
+        of whole batches; a trial's carry its engine's control (Engine.control)."""
         eligible = [w for w, names in self.serves.items() if candidate.pair in names]
         indices = self.indices[start:end]
-        control = None
-        if trial is not None:  # vLLM's own load without speculation, or specsweep's `ar`
-            control = candidate.config.unspeculative() if candidate.config.engine == "vllm" else self.control
+        engine = engine_of(candidate.config)
+        control = engine.control(candidate.config, self.control) if trial is not None else None
         number = trial.number if trial is not None else -1
         size = candidate.batch_size
-        repeats = self.spec.serving.repeats if candidate.config.engine == "vllm" else 1
+        repeats = engine.repeats(self.spec.serving.repeats)
         return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size, repeats)
                 for a, b in split(len(indices), len(eligible), size)]
 

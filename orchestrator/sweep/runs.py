@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from orchestrator.analysis.metrics import acceptance_by_position
-from orchestrator.analysis.summary import columns
+from orchestrator.engines import engine_of
 from orchestrator.files import write_atomic
 from orchestrator.sweep.tracking import TrialLog
 
@@ -27,7 +27,7 @@ def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: i
     batch = f" b{batch_size}" if batch_size > 1 else ""
     if baseline:
         return f"{pair} {baseline} baseline{batch}"
-    shown = columns(config)
+    shown = engine_of(config).columns(config)
     parts = [pair, shown["schedule"]]
     if shown["block"] != "-":
         parts.append(f"B{shown['block']}")
@@ -53,7 +53,7 @@ def workaround(results) -> dict:
 def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) -> dict:
     """The run's params: the decode config (seed dropped: it is per prompt) with its pair,
     batch size and task."""
-    params = {"engine": "specsweep", **{k: v for k, v in config.items() if k != "seed"}}
+    params = {"engine": engine_of(config).name, **{k: v for k, v in config.items() if k != "seed"}}
     params["stop"] = ",".join(params["stop"])
     return {**params, "batch_size": batch_size, "pair": pair, "pair_kind": kind, "task": task.name,
             "task_limit": task.limit, "task_seed": task.seed}
@@ -194,7 +194,8 @@ def frontier_table(spec, rows: list[dict], names: dict[int, str]) -> list[dict]:
     out = []
     for r in rows:
         out.append({"trial": r["trial"], "run": names.get(r["trial"], ""), "pair": r["pair"],
-                    "batch_size": r.get("batch_size", 1), **columns(r["config"]), "exact": r["exact"],
+                    "batch_size": r.get("batch_size", 1), **engine_of(r["config"]).columns(r["config"]),
+                    "exact": r["exact"],
                     "tied": r.get("tied", False),
                     **{m: r["objectives"][m] for m in spec.objectives}, "run_id": r.get("run_id") or ""})
     return out

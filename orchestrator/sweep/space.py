@@ -1,29 +1,24 @@
 """The joint decoding space of a sweep as one conditional decision procedure.
 
 `choose_config(spec, choose)` walks the dimensions in a fixed order and asks `choose(name,
-values)` for each one that applies: the pair (when several), the engine (when several; under
-vllm: the method, its drafts per verification and the concurrency, `_served`), schedule and block (quadratic
-only, and B >= 2, on dual-mode pairs; `|self` / `|two-model` names when a list is cut), the
-effort kind (steps or threshold, when both are given; none for packed/quadratic on dual-mode
-pairs, which draft inside the verify call in one step), K (only values <= B, under a per-B
-name), τ, rule, then λ (`leniency`, rules linear and match) or δ (`delta`, rule cactus),
-then the sampling settings and the unmasking policy (not chosen for one-step drafts, which
-commit every slot at once: the first listed policy is kept), and last the batch size.
+values)` for each one that applies: the pair (when several), the engine (when several), then
+the engine's own dimensions (`Engine.choose`: under specsweep schedule and block, the effort
+kind, K or τ, rule, λ or δ, the sampling settings and the batch size; under vllm the method,
+its drafts per verification and the concurrency), names cut to what the pair's kind runs
+(`|<kind>`) where a list is cut.
 Optuna trials answer through suggest_categorical; the grid enumerates every path of the
 same procedure, so both see the same space.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.sweep.spec import LENIENCY, SAMPLING, SweepSpec
+from orchestrator.engines import ENGINES, SPECSWEEP
+from orchestrator.engines.engine import Choose
+from orchestrator.sweep.spec import SweepSpec
 from workloads.decoding.config import DecodeConfig
-from workloads.decoding.kinds import PairKind
 from workloads.serving.config import ServingConfig
-
-Choose = Callable[[str, list], object]
 
 
 @dataclass(frozen=True)
@@ -47,61 +42,9 @@ def choose_config(spec: SweepSpec, choose: Choose) -> Candidate:
 
     names = [p.name for p in spec.pairs]
     pair = names[0] if len(names) == 1 else choose("pair", names)
-    kind = spec.pair_kinds[pair]
-    engines = dims.get("engine", ["specsweep"])
-    if (engines[0] if len(engines) == 1 else choose("engine", engines)) == "vllm":
-        return _served(dims, pair, kind, pick, choose)
-    settings: dict = {}
-    fits = {"schedule": kind.runs, "block": lambda b: b >= kind.min_block}
-    for key, allowed in fits.items():
-        if key in dims:
-            values = [v for v in dims[key] if allowed(v)]
-            label = key if values == dims[key] else f"{key}|{kind.name}"
-            settings[key] = values[0] if len(values) == 1 else choose(label, values)
-    block = settings.get("block", DecodeConfig.block)
-    effort = "steps" if "steps" in dims else "threshold" if "threshold" in dims else None
-    if kind.one_step(settings.get("schedule", DecodeConfig.schedule)):
-        effort = None
-    if "steps" in dims and "threshold" in dims:
-        effort = choose("effort", ["steps", "threshold"])
-    if effort == "steps":
-        allowed = [k for k in dims["steps"] if k <= block]
-        if allowed:
-            label = "steps" if allowed == dims["steps"] else f"steps|B={block}"
-            settings["steps"] = allowed[0] if len(allowed) == 1 else choose(label, allowed)
-        else:
-            settings["steps"] = block  # every listed K exceeds this B: one token per step
-    elif effort == "threshold":
-        settings["threshold"] = pick("threshold")
-    if "rule" in dims:
-        settings["rule"] = pick("rule")
-    rule = settings.get("rule", DecodeConfig.rule)
-    if LENIENCY.get(rule) in dims:
-        settings["leniency"] = pick(LENIENCY[rule])
-    single = "threshold" not in settings and settings.get("steps", 1) == 1
-    for key in SAMPLING:
-        if key == "unmask" and single and key in dims:
-            settings[key] = dims[key][0]  # one step commits every slot: the order changes nothing
-        elif key in dims:
-            settings[key] = pick(key)
-    return Candidate(pair, DecodeConfig(**settings), pick("batch_size") if "batch_size" in dims else 1)
-
-
-def _served(dims: dict, pair: str, kind: PairKind, pick, choose: Choose) -> Candidate:
-    """The vLLM branch: the method (those the pair's kind can be served with; `method|<kind>`
-    when the list is cut), its drafts per verification, the concurrency (the candidate's
-    batch size), then temperature and max_new_tokens."""
-    listed = dims.get("method", ["none"])
-    methods = [m for m in listed if m in kind.serving_methods] or ["none"]
-    label = "method" if methods == listed else f"method|{kind.name}"
-    settings: dict = {"method": methods[0] if len(methods) == 1 else choose(label, methods)}
-    if settings["method"] != "none":
-        settings["num_speculative_tokens"] = pick("num_speculative_tokens")
-    settings["concurrency"] = pick("concurrency") if "concurrency" in dims else 1
-    for key in ("temperature", "max_new_tokens"):
-        if key in dims:
-            settings[key] = pick(key)
-    return Candidate(pair, ServingConfig(**settings), settings["concurrency"])
+    engine = ENGINES[pick("engine")] if "engine" in dims else SPECSWEEP
+    config, size = engine.choose(dims, spec.pair_kinds[pair], pick, choose)
+    return Candidate(pair, config, size)
 
 
 def config_of(spec: SweepSpec, params: dict) -> DecodeConfig:

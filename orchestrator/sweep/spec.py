@@ -15,32 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from orchestrator.analysis.metrics import NUMBER, TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
+from orchestrator.engines import DIMENSIONS as ENGINE_DIMENSIONS
+from orchestrator.engines import listed, space_error
+from orchestrator.engines.specsweep import LENIENCY, SAMPLING
 from orchestrator.errors import count_text, did_you_mean, shorten
-from orchestrator.sweep.engines import SERVING, serving_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.models.pairspec import PairError, pair_kind
 from workloads.tasks import TASKS
 
 # Dimensions of the joint space: DecodeConfig fields, plus δ (`delta`), which is the
-# leniency under rule cactus while `leniency` is λ under linear and match.
-# Settings chosen after the schedule, effort and rule (see space.py).
-SAMPLING = (
-    "unmask",
-    "temperature",
-    "top_k",
-    "top_p",
-    "draft_temperature",
-    "draft_top_k",
-    "draft_top_p",
-    "max_new_tokens",
-)
-# rule -> the dimension holding its DecodeConfig.leniency (λ for linear and match, δ for cactus)
-LENIENCY = {"linear": "leniency", "match": "leniency", "cactus": "delta"}
+# leniency under rule cactus while `leniency` is λ under linear and match (LENIENCY).
 # batch_size: prompts decoded together; not a DecodeConfig field (space.Candidate holds it).
-# engine and the vLLM dimensions: engines.py.
+# engine and each engine's own settings: orchestrator.engines.
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size",
-              *SERVING)
+              *ENGINE_DIMENSIONS)
 _CONSTRAINT = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=)\s*({NUMBER})\s*$")
 
 # What a spec may expand to, checked before anything is built; real sweeps stay far below
@@ -290,11 +279,11 @@ def _check_space(spec: SweepSpec) -> None:
     for value in dims.get("batch_size", []):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"spec: space.batch_size: {value!r} is not a whole number >= 1")
-    why = serving_error(dims, spec.search.racing is not None)
+    why = space_error(dims, spec.search.racing is not None)
     if why:
         raise SpecError(why)
     for key, values in dims.items():
-        if key == "batch_size" or key in SERVING:
+        if key == "batch_size" or key in ENGINE_DIMENSIONS:
             continue
         for value in values:
             base: dict[str, Any] = {
@@ -322,12 +311,10 @@ def _check_space(spec: SweepSpec) -> None:
     for schedule in dims.get("schedule", []):
         if not any(kind.runs(schedule) for kind in kinds):
             raise SpecError(f"spec: space.{kinds[0].refusal(schedule)}")
-    for method in dims.get("method", []) if "vllm" in dims.get("engine", []) else []:
-        if not any(method in kind.serving_methods for kind in kinds):
-            served = "; ".join(f"{p.name} serves {', '.join(spec.pair_kinds[p.name].serving_methods)}"
-                               for p in spec.pairs)
-            raise SpecError(f"spec: space.method: no pair of this sweep can be served with {method} "
-                            f"({served})")
+    for engine in listed(dims):
+        why = engine.pairs_error(dims, spec.pair_kinds)
+        if why:
+            raise SpecError(why)
     if "ar" in dims.get("schedule", []) or "diffusion" in dims.get("schedule", []):
         raise SpecError("spec: space.schedule: ar and diffusion are baselines; list them under baselines")
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import ray
 
+from orchestrator.engines import engine_of
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.serving.config import ServingConfig
 from workloads.tasks import Example
@@ -124,12 +125,15 @@ class PairWorker:
         return made
 
     def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
-        """Decode and score every (example, formatted prompt) of the shard, in batches of
-        the shard's batch size, with the shard's controls; returns the per-prompt records,
-        the control records (per batch: `index` its batch, `new_tokens`, `wall_s`, `at`: when
-        it ran), how many untimed warm-up decodes preceded them, the Ray node and the GPU model."""
-        if shard.config.engine == "vllm":
-            return self._serve(shard, items)
+        """Measure and score every (example, formatted prompt) of the shard the way its
+        config's engine measures (Engine.measure: `decode` here, or `serve` on a server)."""
+        return engine_of(shard.config).measure(self, shard, items)
+
+    def decode(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
+        """`run` in specsweep's engine: decode the shard in batches of its batch size, with its
+        controls; returns the per-prompt records, the control records (per batch: `index` its
+        batch, `new_tokens`, `wall_s`, `at`: when it ran), how many untimed warm-up decodes
+        preceded them, the Ray node and the GPU model."""
         pair = self._pair(shard.pair)
         base, control = shard.config, shard.control
         configs = [base] + ([control] if control else [])
@@ -158,8 +162,7 @@ class PairWorker:
         return {"records": records, "controls": controls, "warmup": warmup, "node": _node(),
                 "gpu": _gpu_name()}
 
-
-    def _serve(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
+    def serve(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
         """`run` under the vllm engine (sweep.serving); `engine_start_s`: seconds spent
         starting servers for it; `engine_restarts`: servers found dead and started again."""
         from orchestrator.sweep.serving import Engines, serve_shard

@@ -17,7 +17,6 @@ from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
 
 METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
-ENGINES = ("specsweep", "vllm")
 
 
 class ServingError(ValueError):
@@ -88,7 +87,7 @@ class ServingConfig:
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["stop"] = list(self.stop)
-        return {"engine": "vllm", **out}
+        return {"engine": self.engine, **out}
 
     @classmethod
     def from_dict(cls, data: dict) -> ServingConfig:

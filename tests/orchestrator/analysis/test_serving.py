@@ -1,6 +1,6 @@
 """Serving-engine settings of exported DFlash configurations."""
 
-from orchestrator.analysis.serving import dflash_serving, k_schedule
+from orchestrator.analysis.serving import dflash_serving, drafts_schedule
 from workloads.decoding.kinds import DFLASH
 
 BASE = {"schedule": "linear", "block": 16, "steps": 1, "threshold": None, "rule": "lossless", "leniency": 0.0}
@@ -23,20 +23,20 @@ def test_settings_no_engine_has_are_named_instead_of_mapped():
     assert tau["specsweep_only"] == ["threshold 0.9"]
 
 
-def _served(k):
-    return {"vllm": {"speculative_config": None if k == 0 else {"method": "dflash", "model": "d",
-                                                                  "num_speculative_tokens": k}}}
+def _served(n):
+    return {"vllm": {"speculative_config": None if n == 0 else {"method": "dflash", "model": "d",
+                                                                  "num_speculative_tokens": n}}}
 
 
-def test_a_k_schedule_covers_every_batch_size_from_one_with_the_k_chosen_at_or_below_it():
-    schedule = k_schedule({1: _served(7), 4: _served(0), 16: _served(3)})
+def test_a_drafts_schedule_covers_every_batch_size_from_one_with_the_n_chosen_at_or_below_it():
+    schedule = drafts_schedule({1: _served(7), 4: _served(0), 16: _served(3)})
     assert schedule == {"method": "dflash", "model": "d", "num_speculative_tokens": 7,
                         "num_speculative_tokens_per_batch_size": [[1, 1, 7], [2, 4, 0], [5, 16, 3]]}
 
 
-def test_no_k_schedule_for_one_k_another_method_or_a_size_no_engine_serves():
-    assert k_schedule({1: _served(7), 4: _served(7)}) is None
+def test_no_drafts_schedule_for_one_n_another_method_or_a_size_no_engine_serves():
+    assert drafts_schedule({1: _served(7), 4: _served(7)}) is None
     other = {"vllm": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}}
-    assert k_schedule({1: _served(7), 4: other}) is None
-    assert k_schedule({1: _served(7), 4: {"specsweep_only": ["steps 2"]}}) is None
-    assert k_schedule({1: _served(0), 4: _served(0)}) is None
+    assert drafts_schedule({1: _served(7), 4: other}) is None
+    assert drafts_schedule({1: _served(7), 4: {"specsweep_only": ["steps 2"]}}) is None
+    assert drafts_schedule({1: _served(0), 4: _served(0)}) is None

@@ -28,8 +28,8 @@ def test_vllm_columns_serve_the_same_prompts_at_each_batch_size():
     pair = load_pair("toy-dflash")
     prompts = [e.prompt for e in get_task("arith").examples("test", n=4)]
     columns = vllm_columns(pair, BUNDLED["toy-dflash"], prompts, [2], max_new_tokens=8, blocks=(4,))
-    assert set(columns) == {2} and columns[2]["vllm_dflash_k"] == 3
+    assert set(columns) == {2} and columns[2]["vllm_dflash_n"] == 3
     assert columns[2]["vllm_ar_tps"] > 0 and columns[2]["vllm_dflash_tps"] > 0
     rows = [{**r, **columns[2]} for r in batch_comparison(pair, prompts, [2], max_new_tokens=8)]
     lines = table(rows, "toy-dflash", 4, 1)
-    assert "vllm dflash" in lines[1] and f"K={columns[2]['vllm_dflash_k']} " in lines[2]
+    assert "vllm dflash" in lines[1] and f"n={columns[2]['vllm_dflash_n']} " in lines[2]

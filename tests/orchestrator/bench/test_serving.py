@@ -22,11 +22,12 @@ def test_load_metrics_follow_their_formulas():
 
 
 def test_table_shows_the_best_setting_per_concurrency():
-    rows = [{"engine": "vllm", "method": "dflash", "k": k, "concurrency": 4, "throughput_tps": tps,
-             "throughput_ratio": tps / 100, "ttft_s": 0.01, "tpot_s": 0.002, "latency_p50_s": 0.1,
-             "latency_p99_s": 0.2, "start_s": 30.0} for k, tps in ((3, 150.0), (7, 120.0))]
-    rows.append({"engine": "specsweep", "method": "dflash", "k": 7, "concurrency": 4, "throughput_tps": 500.0,
-                 "throughput_ratio": 1.8})
+    rows = [{"engine": "vllm", "method": "dflash", "num_speculative_tokens": n, "concurrency": 4,
+             "throughput_tps": tps, "throughput_ratio": tps / 100, "ttft_s": 0.01, "tpot_s": 0.002,
+             "latency_p50_s": 0.1, "latency_p99_s": 0.2, "start_s": 30.0}
+            for n, tps in ((3, 150.0), (7, 120.0))]
+    rows.append({"engine": "specsweep", "method": "dflash", "num_speculative_tokens": 7, "concurrency": 4,
+                 "throughput_tps": 500.0, "throughput_ratio": 1.8})
     lines = table(rows)
-    assert "dflash K=3" in lines[1] and "1.50x" in lines[1]
+    assert "dflash n=3" in lines[1] and "1.50x" in lines[1]
     assert lines[2].startswith("specsweep") and "1.80x" in lines[2] and lines[2].rstrip().endswith("-")

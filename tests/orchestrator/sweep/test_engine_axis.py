@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator.analysis.summary import columns
+from orchestrator.engines import engine_of
 from orchestrator.sweep.space import choose_config, grid
 from orchestrator.sweep.spec import SpecError, parse_spec
 from workloads.serving.config import ServingConfig
@@ -69,7 +69,8 @@ def test_racing_stays_in_specsweeps_engine():
 
 def test_tables_read_both_engines():
     served = ServingConfig(method="dflash", num_speculative_tokens=7).to_dict()
-    assert columns(served) == {"schedule": "vllm dflash", "block": "-", "effort": "n=7", "rule": "lossless",
-                               "leniency": 0}
-    assert columns({"schedule": "linear", "block": 4, "steps": 2, "rule": "linear", "leniency": 0.5}) == {
+    assert engine_of(served).columns(served) == {"schedule": "vllm dflash", "block": "-", "effort": "n=7",
+                                                 "rule": "lossless", "leniency": 0}
+    decoded = {"schedule": "linear", "block": 4, "steps": 2, "rule": "linear", "leniency": 0.5}
+    assert engine_of(decoded).columns(decoded) == {
         "schedule": "linear", "block": 4, "effort": "K=2", "rule": "linear", "leniency": 0.5}

@@ -1,0 +1,76 @@
+"""Engine: what every measuring engine answers, so the sweep, the analysis and the exports
+ask the engine instead of testing its name.
+
+A configuration names its engine (`DecodeConfig.engine`, `ServingConfig.engine`; a stored
+config dict's `engine`, absent on specsweep's). The engine says which space dimensions set it
+alone and which values it refuses, how a candidate of it is chosen, what its trials are timed
+against (their *control*) and how often, how a worker measures a shard, how its configs read
+in tables, how its drift report is keyed, and where an export keeps its serving setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workloads.decoding.config import DecodeConfig
+from workloads.decoding.kinds import PairKind
+from workloads.serving.config import ServingConfig
+
+Config = DecodeConfig | ServingConfig
+Pick = Callable[[str], object]  # a dimension's value: its only one, or the sampler's choice
+Choose = Callable[[str, list], object]  # the sampler's choice among values, under a label
+
+
+class Engine:
+    """One measuring engine. Subclasses set the attributes and implement the methods that raise
+    here; the others hold what most engines share."""
+
+    name: str  # space.engine's value and a config's `engine`
+    title: str  # how one-line errors name it
+    served: bool  # measured as loads on a server: batch size is concurrency, drafts counted per load
+    settings: tuple[str, ...] = ()  # space dimensions that set this engine and no other
+    controls: str  # what a trial's speed ratio is against, in words
+    section: str | None = None  # the key of its setting under an export's `serving`
+    baseline: str | None = None  # the sweep baseline its controls repeat (its speed scales the drift)
+
+    def prepare(self) -> None:
+        """Fail here, before any trial, when the engine is not set up."""
+
+    def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
+        """Why this engine cannot run the space's values (`alone`: the only engine listed), in
+        one line naming the dimension, or None."""
+        return None
+
+    def pairs_error(self, dims: dict[str, list], kinds: dict[str, PairKind]) -> str | None:
+        """Why the sweep's pairs (name -> kind) cannot run the space's values here, or None."""
+        return None
+
+    def choose(self, dims: dict[str, list], kind: PairKind, pick: Pick, choose: Choose) -> tuple[Config, int]:
+        """(config, batch size) of a candidate on a pair of `kind`: the dimensions that apply
+        to this engine, in a fixed order (sweep.space.choose_config)."""
+        raise NotImplementedError
+
+    def control(self, config: Config, ar: DecodeConfig | None) -> Config | None:
+        """The configuration timed beside a trial of `config` (`ar`: the sweep's, if any)."""
+        raise NotImplementedError
+
+    def repeats(self, asked: int) -> int:
+        """How many times a trial's load and its control's are each timed (`asked`:
+        serving.repeats)."""
+        return 1
+
+    def measure(self, worker, shard, items: list) -> dict:
+        """A shard's records and controls, measured by `worker` (sweep.workers.PairWorker)."""
+        raise NotImplementedError
+
+    def columns(self, config: dict) -> dict:
+        """How a config reads in tables and run names: schedule, block, effort, rule, leniency."""
+        raise NotImplementedError
+
+    def label(self, config: dict) -> str:
+        """A config in a few words, as a table row reads it."""
+        raise NotImplementedError
+
+    def drift_key(self, pair: str) -> str:
+        """The name of a pair's drift report for this engine's controls (timing_report)."""
+        return f"{pair}:{self.name}"

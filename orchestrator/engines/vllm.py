@@ -1,0 +1,99 @@
+"""vLLM served as a real server: ServingConfig's space (method, num_speculative_tokens,
+concurrency), its own load without speculation as the control, served by the worker.
+
+vLLM verifies losslessly and drafts one pass per verification, so specsweep's own settings
+other than those defaults have no vLLM setting and are refused when vLLM is the only engine.
+"""
+
+from __future__ import annotations
+
+from orchestrator.engines.engine import Choose, Config, Engine, Pick
+from workloads.decoding.config import DecodeConfig
+from workloads.decoding.kinds import PairKind
+from workloads.serving.config import METHODS, ServingConfig
+from workloads.serving.vllm import vllm_python
+
+# what specsweep's engine runs that vLLM has no setting for: dimension -> refused when
+SPECSWEEP_ONLY = {"schedule": lambda v: v != "linear", "steps": lambda v: v != 1, "threshold": lambda v: True,
+                  "rule": lambda v: v != "lossless", "leniency": lambda v: v != 0, "delta": lambda v: v != 0,
+                  "unmask": lambda v: v != "ltr", "verify_order": lambda v: v != "ltr"}
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    title = "vLLM"
+    served = True
+    settings = ("method", "num_speculative_tokens", "concurrency")
+    controls = "vLLM without speculation"
+    section = "vllm"
+
+    def prepare(self) -> None:
+        vllm_python()
+
+    def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
+        """Known methods, whole numbers, num_speculative_tokens listed with a speculative
+        method, no racing; alone, none of specsweep's own settings (the first named)."""
+        methods = [m for m in dims.get("method", []) if m not in METHODS]
+        if methods:
+            return f"spec: space.method: {methods[0]!r} is not a vLLM method; known: {', '.join(METHODS)}"
+        for key in ("num_speculative_tokens", "concurrency"):
+            for value in dims.get(key, []):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    return f"spec: space.{key}: {value!r} is not a whole number >= 1"
+        speculative = set(dims.get("method", ["none"])) - {"none"}
+        if speculative and "num_speculative_tokens" not in dims:
+            return "spec: space.num_speculative_tokens: needed with a speculative method (e.g. [3, 7])"
+        if racing:
+            return "spec: search.racing: races run in specsweep's engine only (space.engine)"
+        asked = [(key, v) for key, refused in SPECSWEEP_ONLY.items() for v in dims.get(key, []) if refused(v)]
+        if alone and asked:
+            key, value = asked[0]
+            return (f"spec: space.{key}: {value} has no vLLM setting (vLLM drafts in one pass and verifies "
+                    "losslessly, left to right); measure it under engine specsweep")
+        return None
+
+    def pairs_error(self, dims: dict[str, list], kinds: dict[str, PairKind]) -> str | None:
+        """The first listed method no pair's kind is served with, or None."""
+        for method in dims.get("method", []):
+            if not any(method in kind.serving_methods for kind in kinds.values()):
+                served = "; ".join(f"{name} serves {', '.join(kind.serving_methods)}"
+                                   for name, kind in kinds.items())
+                return f"spec: space.method: no pair of this sweep can be served with {method} ({served})"
+        return None
+
+    def choose(self, dims: dict[str, list], kind: PairKind, pick: Pick, choose: Choose) -> tuple[Config, int]:
+        """The method (those the pair's kind can be served with; `method|<kind>` when the list
+        is cut), its drafts per verification, the concurrency (the candidate's batch size),
+        then temperature and max_new_tokens."""
+        listed = dims.get("method", ["none"])
+        methods = [m for m in listed if m in kind.serving_methods] or ["none"]
+        label = "method" if methods == listed else f"method|{kind.name}"
+        settings: dict = {"method": methods[0] if len(methods) == 1 else choose(label, methods)}
+        if settings["method"] != "none":
+            settings["num_speculative_tokens"] = pick("num_speculative_tokens")
+        settings["concurrency"] = pick("concurrency") if "concurrency" in dims else 1
+        for key in ("temperature", "max_new_tokens"):
+            if key in dims:
+                settings[key] = pick(key)
+        return ServingConfig(**settings), settings["concurrency"]
+
+    def control(self, config: Config, ar: DecodeConfig | None) -> Config | None:
+        return config.unspeculative()
+
+    def repeats(self, asked: int) -> int:
+        return asked
+
+    def measure(self, worker, shard, items: list) -> dict:
+        return worker.serve(shard, items)
+
+    def columns(self, config: dict) -> dict:
+        """`vllm <method>`, no block, `n=<num_speculative_tokens>` (its drafts per
+        verification; '-' without speculation), lossless."""
+        drafts = config["num_speculative_tokens"]
+        return {"schedule": f"vllm {config['method']}", "block": "-",
+                "effort": f"n={drafts}" if drafts else "-", "rule": "lossless", "leniency": 0}
+
+    def label(self, config: dict) -> str:
+        """Its method and num_speculative_tokens: `dflash n=3`."""
+        drafts = config["num_speculative_tokens"]
+        return config["method"] + (f" n={drafts}" if drafts else "")

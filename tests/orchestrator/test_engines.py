@@ -1,0 +1,130 @@
+"""The engines behind one interface (orchestrator/engines): chosen in one place, asked, never
+named in a branch elsewhere."""
+
+import ast
+from pathlib import Path
+
+from orchestrator.engines import DIMENSIONS, ENGINES, SPECSWEEP, VLLM, engine_of, space_error
+from workloads.decoding.config import DecodeConfig
+from workloads.serving.config import ServingConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = {"specsweep", "vllm", "sglang"}
+HOME = ROOT / "orchestrator" / "engines"
+SCANNED = (ROOT / "orchestrator", ROOT / "workloads" / "serving")
+
+
+class Worker:
+    """The two ways a worker measures a shard, each answering its own name."""
+
+    def decode(self, shard, items):
+        return {"measured": "decode"}
+
+    def serve(self, shard, items):
+        return {"measured": "serve"}
+
+
+def test_every_config_class_names_a_registered_engine():
+    assert ENGINES[DecodeConfig.engine] is SPECSWEEP and ENGINES[ServingConfig.engine] is VLLM
+
+
+def test_a_config_or_its_stored_dict_finds_its_engine():
+    served = ServingConfig(method="dflash", num_speculative_tokens=3)
+    assert engine_of(served) is VLLM and engine_of(served.to_dict()) is VLLM
+    assert engine_of(DecodeConfig()) is SPECSWEEP
+
+
+def test_a_stored_config_without_an_engine_is_specsweeps():
+    assert engine_of(DecodeConfig().to_dict()) is SPECSWEEP
+
+
+def test_the_engine_axis_dimensions_are_engine_and_each_engines_own_settings():
+    assert DIMENSIONS == ("engine", "method", "num_speculative_tokens", "concurrency")
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones():
+    assert space_error({"engine": ["tgi"]}, racing=False) == ("spec: space.engine: 'tgi' is not an engine; "
+                                                              "known: specsweep, vllm")
+
+
+def test_an_engines_own_setting_needs_that_engine_listed():
+    assert space_error({"concurrency": [4]}, racing=False) == ("spec: space.concurrency: a vLLM setting; "
+                                                               "add vllm to space.engine")
+
+
+def test_specsweeps_settings_are_refused_only_where_vllm_runs_alone():
+    dims = {"engine": ["vllm"], "steps": [2], "method": ["none"]}
+    assert space_error(dims, racing=False).startswith("spec: space.steps: 2 has no vLLM setting")
+    assert space_error({**dims, "engine": ["specsweep", "vllm"]}, racing=False) is None
+
+
+def test_each_engine_times_a_trial_against_its_own_control():
+    ar = DecodeConfig(schedule="ar")
+    served = ServingConfig(method="ngram", num_speculative_tokens=3, concurrency=4)
+    assert SPECSWEEP.control(DecodeConfig(), ar) is ar
+    assert VLLM.control(served, ar) == ServingConfig(concurrency=4)
+
+
+def test_only_a_served_engine_repeats_its_loads():
+    assert SPECSWEEP.repeats(3) == 1 and VLLM.repeats(3) == 3
+
+
+def test_each_engine_measures_a_shard_its_own_way():
+    assert SPECSWEEP.measure(Worker(), None, [])["measured"] == "decode"
+    assert VLLM.measure(Worker(), None, [])["measured"] == "serve"
+
+
+def test_labels_name_vllms_drafts_n_and_specsweeps_steps_k():
+    served = ServingConfig(method="dflash", num_speculative_tokens=7).to_dict()
+    assert VLLM.label(served) == "dflash n=7" and VLLM.label(ServingConfig().to_dict()) == "none"
+    lenient = DecodeConfig(schedule="linear", block=8, steps=1, rule="linear", leniency=0.5).to_dict()
+    assert SPECSWEEP.label(lenient) == "linear B8 K=1 λ0.5"
+
+
+def test_drift_reports_are_keyed_by_pair_and_served_engine():
+    assert SPECSWEEP.drift_key("toy") == "toy" and VLLM.drift_key("toy") == "toy:vllm"
+
+
+def test_only_vllm_writes_an_export_section():
+    assert (SPECSWEEP.section, VLLM.section) == (None, "vllm")
+
+
+def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
+    """Comparisons in `path` against an engine's name: a literal name (alone or in a literal
+    list), or anything compared with a config's `engine` (`x.engine`, `x["engine"]`,
+    `x.get("engine")`). Export keys read by subscript (`serving["vllm"]`) compare nothing."""
+
+    def names_engine(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in NAMES
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return any(map(names_engine, node.elts))
+        if isinstance(node, ast.Attribute):
+            return node.attr == "engine"
+        if isinstance(node, ast.Subscript):
+            return isinstance(node.slice, ast.Constant) and node.slice.value == "engine"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            first = node.args[0] if node.args else None
+            return isinstance(first, ast.Constant) and first.value == "engine"
+        return False
+
+    def branches(node: ast.AST) -> bool:
+        if isinstance(node, ast.Compare):
+            return any(map(names_engine, [node.left, *node.comparators]))
+        return isinstance(node, ast.MatchValue) and names_engine(node.value)
+
+    lines = sorted(node.lineno for node in ast.walk(ast.parse(path.read_text())) if branches(node))
+    return [f"{path.relative_to(root)}:{line}" for line in lines]
+
+
+def test_the_scan_finds_name_branches_but_not_export_keys(tmp_path):
+    source = tmp_path / "branches.py"
+    source.write_text('a = config.engine == "vllm"\nb = "sglang" in serving\nc = c.get("engine") != x\n'
+                      'd = serving["vllm"]\ne = {"vllm": 1}\nf = engines == ["vllm"]\n')
+    assert _name_branches(source, tmp_path) == ["branches.py:1", "branches.py:2", "branches.py:3",
+                                                "branches.py:6"]
+
+
+def test_no_code_outside_the_engines_home_branches_on_an_engine_name():
+    paths = [p for folder in SCANNED for p in sorted(folder.rglob("*.py")) if HOME not in p.parents]
+    assert [where for path in paths for where in _name_branches(path)] == []
