@@ -14,7 +14,7 @@ NEVER = {
                              "orchestrator.commands"),
     "orchestrator/analysis": ("orchestrator.sweep", "orchestrator.bench", "orchestrator.commands"),
     "orchestrator/sweep": ("orchestrator.bench", "orchestrator.commands"),
-    "workloads": ("orchestrator",),
+    "workloads": ("orchestrator", "threading"),  # a batch decodes as tensors, never a thread a row
     "workloads/decoding": ("workloads.models",),
 }
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from workloads.decoding import DecodeConfig, decode_batch, slots
-from workloads.decoding.calls import sync
+from workloads.decoding.network import sync
 from workloads.models.pair import Pair
 
 SLACKS = (0.0, slots.SLACK, 1.0)

@@ -12,8 +12,8 @@ import torch
 
 from orchestrator.bench.decode import decode_all
 from workloads.decoding import DecodeConfig, decode
-from workloads.decoding.calls import sync
 from workloads.decoding.kinds import PairKind
+from workloads.decoding.network import sync
 from workloads.models.pair import DFlashPair, Pair
 
 

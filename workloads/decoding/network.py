@@ -25,13 +25,13 @@ from workloads.decoding.slots import SlotCache
 
 @dataclass
 class Meter:
-    """Model work of one decode: calls, token rows evaluated and device time.
+    """Model work of one network over a batch: calls, token rows evaluated (padding
+    included) and device time (rows.RowMeters splits it per row).
 
     On a CPU a call is timed by the wall clock around it. On a GPU each call records a pair
     of CUDA events on its stream and nothing waits for them until `model_s` is read after
     the decode's final synchronization, so timing adds no host syncs to the accept loop.
-    Calls overlapped on two streams (two-model packed) are each counted in full. In a batch
-    each row's meter counts every call it took part in, its own rows and the call's time.
+    Calls overlapped on two streams (two-model packed) are each counted in full.
     """
 
     nfe: int = 0
@@ -96,8 +96,8 @@ class Network:
     """A transformers causal LM serving the rows of one batch, with their KV slots (`rows`:
     the batch's size; `slack`: slots.SlotCache's)."""
 
-    def __init__(self, model: PreTrainedModel, rows: int, slack: float | None = None, prefix_cache: bool = True,
-                 own_attention: bool = False):
+    def __init__(self, model: PreTrainedModel, rows: int, slack: float | None = None,
+                 prefix_cache: bool = True, own_attention: bool = False):
         self.model = model
         self.prefix_cache = prefix_cache  # False: full-attention drafting, nothing cached
         self.own_attention = own_attention  # without a cache: input ids only (profiles.py)

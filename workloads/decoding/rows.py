@@ -22,9 +22,9 @@ import time
 import numpy as np
 import torch
 
+from workloads.decoding.config import DecodeConfig
 from workloads.decoding.layout import Call
 from workloads.decoding.network import Network
-from workloads.decoding.config import DecodeConfig
 from workloads.decoding.output import Output
 from workloads.decoding.sampling import sample
 
@@ -32,7 +32,7 @@ from workloads.decoding.sampling import sample
 class RowMeters:
     """Model work per batch row: each forward counted on every row it served, with the row's
     own token rows and the call's time (CPU seconds, or CUDA events read after the decode's
-    final synchronization, as calls.Meter). A call only records what it served; the tallies
+    final synchronization, as network.Meter). A call only records what it served; the tallies
     per row (`tally`) are summed once, after the decode, so metering costs an iteration
     one append per call at any batch size."""
 
@@ -91,7 +91,7 @@ def _per_row(rows: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndar
 
 
 class Rows:
-    """The rows of one batch decoding in lockstep: `live` (the batch rows still decoding, in
+    """The rows of one batch decoding together: `live` (the batch rows still decoding, in
     the order of every network's cache), what each emitted (`out`, `count`) and counted.
     The bookkeeping is numpy on the host; the schedules see torch tensors over the live rows."""
 

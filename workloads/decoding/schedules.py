@@ -119,7 +119,8 @@ def _shifted(tokens: torch.Tensor, q: torch.Tensor | None, keep: torch.Tensor) -
     return tokens.gather(1, index), moved_q, (width - keep).clamp(min=0)
 
 
-def diffusion(rows: Rows, drafter: StandaloneDrafter, prompts: list[list[int]], settings: DraftSettings) -> None:
+def diffusion(rows: Rows, drafter: StandaloneDrafter, prompts: list[list[int]], settings: DraftSettings
+              ) -> None:
     """`diffusion` over the batch: the drafter alone, block by block."""
     ids, lengths = padded(prompts)
     last = ids[torch.arange(len(prompts)), lengths - 1]

@@ -1,5 +1,7 @@
 """Self-speculative schedules on one dual-mode network (paper 2610.33379): Linear-SS,
-Quadratic-SS and Packed-SS, over every row of a batch at once (Algorithms 1–2, layouts of Appendix D.1, start of Appendix E.2).
+Quadratic-SS and Packed-SS (Algorithms 1–2, layouts of Appendix D.1, start of Appendix
+E.2), every row of a batch at once. Linear-SS is schedules.speculative with the network
+drafting for itself (drafters.SelfDrafter); this module holds the one-call schedules.
 
 One KV cache holds the verified prefix minus its last token `last`, at positions < n. The
 block size B is the paper's Nemotron block: a call region has B rows and a draft has
@@ -36,18 +38,19 @@ import torch
 from workloads.decoding.drafters import SelfDrafter
 from workloads.decoding.drafting import DraftSettings, proposed
 from workloads.decoding.layout import Call, Layout
+from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.network import Network
 from workloads.decoding.rows import Rows, staying
+from workloads.decoding.sampling import point_mass
 from workloads.decoding.schedules import padded, prefill
 from workloads.decoding.verifying import verify_finish
-from workloads.decoding.masks import packed as packed_layout
-from workloads.decoding.sampling import point_mass
 
 
 def one_call(rows: Rows, model: Network, prompts: list[list[int]], settings: DraftSettings,
-                  width: int, quadratic: bool) -> None:
-    """Self-speculative `packed` or `quadratic` over the batch: one call an iteration holds the verify region [last, draft, mask padding] and the proposal regions,
-    the same layout for every row (selfspec's masks.packed), so only ids and positions differ."""
+             width: int, quadratic: bool) -> None:
+    """Self-speculative `packed` or `quadratic` over the batch: one call an iteration holds
+    the verify region [last, draft, mask padding] and the proposal regions, the same layout
+    for every row (masks.packed), so only ids and positions differ."""
     block, mask = width + 1, settings.mask_token_id
     last, tokens, q = _self_start(rows, model, prompts, settings, width)
     stay = rows.leave(rows.emit(last[:, None], torch.ones_like(last)), [model])

@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,17 +65,24 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 class _Capture:
-    """Reads a stream to its end in a thread, keeping its first line and the last `cap`
-    bytes: memory stays bounded however much the program writes."""
+    """Keeps a stream's first line and its last `cap` bytes, read without blocking as the
+    program runs (`drain`, between the watchdog's polls): memory stays bounded however much
+    the program writes, and a program that writes faster than the polls read only waits."""
 
     def __init__(self, stream, cap: int = OUTPUT_CAP):
-        self.stream, self.cap = stream, cap
+        self.fd, self.cap = stream.fileno(), cap
+        os.set_blocking(self.fd, False)
         self.first, self.tail, self.total = b"", bytearray(), 0
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
 
-    def _read(self) -> None:
-        while chunk := self.stream.read1(1 << 16):
+    def drain(self) -> None:
+        """Read what the stream holds now (to its end once the program has gone)."""
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
             if self.total == 0 and b"\n" in chunk[:4096]:
                 line, _, chunk = chunk.partition(b"\n")
                 self.first = line + b"\n"
@@ -86,7 +92,7 @@ class _Capture:
 
     def text(self) -> tuple[str, str, str]:
         """(first line, the tail of the rest, a note when something was cut)."""
-        self.thread.join()
+        self.drain()
         cut = self.total - len(self.tail)
         note = f" [stderr was {self.total} bytes; only its last {len(self.tail)} were kept]" if cut else ""
         return self.first.decode(errors="replace"), self.tail.decode(errors="replace"), note
@@ -140,6 +146,7 @@ def run_python(program: str, limits: Limits = Limits(), checks: Checks | None = 
                 if _size(workdir) > QUOTA_MB << 20:
                     stopped = f"its directory passed {QUOTA_MB} MiB"
                     break
+                capture.drain()
                 time.sleep(_POLL_S)
         finally:
             _kill_group(proc)  # anything left in the group (RLIMIT_NPROC allows no children)

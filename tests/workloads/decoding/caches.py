@@ -47,4 +47,5 @@ def holds_prefix(layers: list, length: int, expected: list) -> bool:
     """Whether the cached layers hold `length` slots whose first len(expected[0]) equal the prefill's."""
     n = expected[0][0].shape[1]
     return all(k.shape[1] == length and torch.allclose(k[:, :n], ek, atol=1e-5)
-               and torch.allclose(v[:, :n], ev, atol=1e-5) for (k, v), (ek, ev) in zip(layers, expected, strict=True))
+               and torch.allclose(v[:, :n], ev, atol=1e-5)
+               for (k, v), (ek, ev) in zip(layers, expected, strict=True))

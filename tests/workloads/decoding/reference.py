@@ -80,7 +80,8 @@ class Model:
     def length(self) -> int:
         return self.network.slots.length(0)
 
-    def call(self, ids: list[int], among: torch.Tensor, positions: torch.Tensor, keep: int | None) -> torch.Tensor:
+    def call(self, ids: list[int], among: torch.Tensor, positions: torch.Tensor, keep: int | None
+             ) -> torch.Tensor:
         """Rows `ids` at `positions`, seeing the cache and `among` (q, q) each other; keeps the
         first `keep` (None: `keep` says how many, after the call). Returns logits (q, V)."""
         q = len(ids)
@@ -98,7 +99,8 @@ class Model:
         """Causal rows appended to the cache (all of them, or the first `keep`, as `call`): row
         i predicts token i + 1."""
         n = len(ids)
-        return self.call(ids, causal(n), torch.arange(self.length, self.length + n), keep=n if keep == -1 else keep)
+        positions = torch.arange(self.length, self.length + n)
+        return self.call(ids, causal(n), positions, keep=n if keep == -1 else keep)
 
     def block(self, pending: list[int], last: int, canvas: torch.Tensor) -> torch.Tensor:
         """One drafting call: `pending` verified ids (cached), then [last, canvas], which sees
@@ -112,7 +114,8 @@ class Model:
         n, q = len(pending), len(pending) + 1 + len(canvas)
         among = causal(q)
         among[n:, n:] = True
-        return self.call(pending + [last] + canvas, among, torch.arange(self.length, self.length + q), keep=n)[n:]
+        positions = torch.arange(self.length, self.length + q)
+        return self.call(pending + [last] + canvas, among, positions, keep=n)[n:]
 
     def keep(self, n: int) -> None:
         """Keep the first n rows of the latest call (made with keep=None) in the cache."""
@@ -123,7 +126,8 @@ def propose(logits: torch.Tensor, settings: DraftSettings, generator: torch.Gene
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A region's proposals q (m, V), candidates (m,) drawn from q and untempered logits."""
     proposal, untempered = proposals(logits, settings)
-    drawn = candidates(proposal, settings, lambda: torch.empty_like(proposal).exponential_(generator=generator))
+    drawn = candidates(proposal, settings,
+                       lambda: torch.empty_like(proposal).exponential_(generator=generator))
     return proposal, drawn, untempered
 
 
@@ -252,8 +256,8 @@ def ar(state: State, verifier: Model, prompt: list[int]) -> None:
 def diffusion(state: State, drafter: Model, prompt: list[int], settings: DraftSettings) -> None:
     pending, last = prompt[:-1], prompt[-1]
     while True:
-        draft = diffusion_draft(drafter, pending, last, min(state.config.block, state.out.remaining), settings,
-                                state.generator)
+        width = min(state.config.block, state.out.remaining)
+        draft = diffusion_draft(drafter, pending, last, width, settings, state.generator)
         tokens = draft.tokens.tolist()
         state.result.iterations += 1
         if state.out.extend(tokens):
@@ -298,9 +302,9 @@ def speculative(state: State, drafter, verifier: Model, prompt: list[int], setti
 
 
 def packed_call(model: Model, rows: list[int], regions: list[tuple[int, list[int]]], keep: int | None):
-    """One self-speculative call: `rows` causal (the first `keep` kept, as Model.call), then per region (h, slots) [copy of
-    rows[h], slots] seeing the first h rows and itself (dropped). Returns the rows' logits
-    and each region's."""
+    """One self-speculative call: `rows` causal (the first `keep` kept, as Model.call), then
+    per region (h, slots) [copy of rows[h], slots] seeing the first h rows and itself
+    (dropped). Returns the rows' logits and each region's."""
     n, v = model.length, len(rows)
     ids, positions = list(rows), [torch.arange(n, n + v)]
     for h, slots in regions:
@@ -327,7 +331,8 @@ def self_speculative(state: State, model: Model, prompt: list[int], settings: Dr
         if state.out.extend([last]):
             return
         while True:
-            draft = diffusion_draft(model, [], last, min(w, state.out.remaining - 1), settings, state.generator)
+            width = min(w, state.out.remaining - 1)
+            draft = diffusion_draft(model, [], last, width, settings, state.generator)
             emitted = verify_step(state, model, last, draft)
             last = emitted[-1]
             if state.out.extend(emitted):

@@ -5,7 +5,6 @@ KV caches. The joint laws of sampled drafts are tested on enumerable stubs in
 from collections import Counter
 
 import pytest
-import torch
 
 from tests.workloads.decoding.caches import caches_when_rows_leave, holds_prefix, prefilled
 from tests.workloads.decoding.stubs import TOK
@@ -47,7 +46,8 @@ def test_caches_hold_the_verified_prefix_only(uncertain_pair, monkeypatch, sched
     (filled lazily) a causal prefill of the first tokens of that same sequence: no drafting
     or rejected rows. (After an emitted EOS, tokens accepted beyond it may sit in the
     caches; the decode is over.)"""
-    config = DecodeConfig(schedule=schedule, block=4, steps=steps, temperature=1.0, top_k=3, max_new_tokens=40)
+    config = DecodeConfig(schedule=schedule, block=4, steps=steps, temperature=1.0, top_k=3,
+                          max_new_tokens=40)
     seen = caches_when_rows_leave(monkeypatch)
     results = decode_batch(uncertain_pair, [PROMPT] * 4, config, seeds=list(range(4))).results
     for row, result in enumerate(results):
@@ -56,6 +56,7 @@ def test_caches_hold_the_verified_prefix_only(uncertain_pair, monkeypatch, sched
         (_, verifier, v_layers), (_, drafter, d_layers) = seen[row]
         assert verifier == n if result.stop_reason == "length" else n <= verifier < n + config.block
         assert n - 2 * config.block <= drafter <= verifier
-        assert holds_prefix(v_layers, verifier, prefilled(uncertain_pair.verifier, verified[:min(verifier, n)]))
-        assert holds_prefix(d_layers, drafter, prefilled(uncertain_pair.drafter, verified[:min(drafter, n)]))
+        for layers, length, model in ((v_layers, verifier, uncertain_pair.verifier),
+                                      (d_layers, drafter, uncertain_pair.drafter)):
+            assert holds_prefix(layers, length, prefilled(model, verified[:min(length, n)]))
     assert 0 < sum(r.accepted for r in results) < sum(r.drafted for r in results)
