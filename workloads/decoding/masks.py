@@ -48,11 +48,11 @@ def packed(verify: int, regions: list[tuple[int, int]]) -> torch.Tensor:
     first h verify rows and, bidirectionally, each other (never the other regions).
     q = verify + Σ size."""
     q = verify + sum(size for _, size in regions)
-    visible = torch.zeros(q, q, dtype=torch.bool)
-    visible[:verify, :verify] = causal(verify)
+    among = torch.zeros(q, q, dtype=torch.bool)
+    among[:verify, :verify] = causal(verify)
     start = verify
     for h, size in regions:
-        visible[start:start + size, :h] = True
-        visible[start:start + size, start:start + size] = True
+        among[start:start + size, :h] = True
+        among[start:start + size, start:start + size] = True
         start += size
-    return visible
+    return among

@@ -147,8 +147,19 @@ def test_the_acceptance_rules_over_rows_equal_them_row_by_row():
             one = verify(rule, p[r, :n + 1], q[r, :n], draft[r, :n], uniforms[r, :n], noise[r, :n + 1],
                          leniency)
             assert (one.accepted, one.token) == (int(accepted[r]), int(token[r])), (rule, r)
-    accepted, token = verify_greedy_rows(p.log(), draft, lengths)
-    for r in range(rows):
-        n = int(lengths[r])
-        alone = verify_greedy_rows(p[r:r + 1, :n + 1].log(), draft[r:r + 1, :n], lengths[r:r + 1])
-        assert (int(alone[0][0]), int(alone[1][0])) == (int(accepted[r]), int(token[r]))
+
+
+def test_greedy_verification_over_rows_keeps_each_rows_matching_prefix():
+    """Row r accepts its drafts while each equals the verifier's argmax, then emits the argmax
+    at the first mismatch (or the bonus one past its own draft length)."""
+    generator = torch.Generator().manual_seed(1)
+    rows, width, vocab = 6, 5, 7
+    logits = torch.randn(rows, width + 1, vocab, generator=generator)
+    draft = logits[:, :width].argmax(-1)
+    draft[1, 0] = (draft[1, 0] + 1) % vocab  # rejected at once
+    draft[2, 3] = (draft[2, 3] + 1) % vocab  # rejected at its fourth draft
+    lengths = torch.tensor([5, 5, 5, 2, 0, 4])
+    accepted, token = verify_greedy_rows(logits, draft, lengths)
+    assert accepted.tolist() == [5, 0, 3, 2, 0, 4]
+    best = logits.argmax(-1)
+    assert token.tolist() == [int(best[r, a]) for r, a in enumerate(accepted.tolist())]
