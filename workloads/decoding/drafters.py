@@ -21,7 +21,7 @@ import torch
 
 from workloads.decoding.acceptance import draw
 from workloads.decoding.drafting import DraftSettings, draft, slot_logits
-from workloads.decoding.layout import Layout
+from workloads.decoding.layout import Layout, columns
 from workloads.decoding.rows import Rows, staying
 from workloads.decoding.sampling import distribution, point_mass
 
@@ -116,8 +116,7 @@ class FullAttentionDrafter(StandaloneDrafter):
         ids = torch.from_numpy(np.ascontiguousarray(ids[:, :layout.among.shape[1]]))
         positions = torch.arange(ids.shape[1]).expand(len(lengths), -1)
         logits = rows.call(self.network, layout.call(ids, positions, served))
-        index = (lengths[:, None] + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1).to(logits.device)
-        return logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+        return columns(logits, lengths, width + 1)
 
 
 class SelfDrafter(StandaloneDrafter):

@@ -85,6 +85,12 @@ class Layout:
         first = self.start
         if first is not None and first + rows <= values.shape[1]:  # one start: a view
             return values[:, first:first + rows]
-        index = (self.starts[:, None] + torch.arange(rows)).clamp(max=values.shape[1] - 1).to(values.device)
-        return values.gather(1, index.view(*index.shape, *[1] * (values.dim() - 2)).expand(
-            -1, -1, *values.shape[2:]))
+        return columns(values, self.starts, rows)
+
+
+def columns(values: torch.Tensor, starts: torch.Tensor, count: int) -> torch.Tensor:
+    """values (L, Q, ...) at each row's columns starts[i] .. starts[i] + count − 1, clamped into
+    Q past its end: (L, count, ...)."""
+    index = (starts[:, None] + torch.arange(count)).clamp(max=values.shape[1] - 1).to(values.device)
+    return values.gather(1, index.view(*index.shape, *[1] * (values.dim() - 2)).expand(
+        -1, -1, *values.shape[2:]))

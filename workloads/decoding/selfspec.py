@@ -37,7 +37,7 @@ import torch
 
 from workloads.decoding.drafters import SelfDrafter
 from workloads.decoding.drafting import DraftSettings, proposed
-from workloads.decoding.layout import Call, Layout
+from workloads.decoding.layout import Call, Layout, columns
 from workloads.decoding.masks import packed as packed_layout
 from workloads.decoding.network import Network
 from workloads.decoding.rows import Rows, staying
@@ -95,8 +95,7 @@ def _self_proposals(rows: Rows, logits: torch.Tensor, start: torch.Tensor, count
     """Each row's proposals from its region [anchor, counts[i] slots] at column start[i] of
     logits (L, Q, V), drawn from its generator: (tokens (L, W), q (L, W, V) or None: one-hot
     at the draft, drafting.proposed)."""
-    index = (start[:, None] + torch.arange(width + 1)).clamp(max=logits.shape[1] - 1).to(logits.device)
-    region = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    region = columns(logits, start, width + 1)
     drawn, proposal, _ = proposed(rows, region, settings, lambda: counts, width)
     return drawn, proposal
 
