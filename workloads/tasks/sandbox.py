@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -66,23 +67,34 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 class _Capture:
     """Keeps a stream's first line and its last `cap` bytes, read without blocking as the
-    program runs (`drain`, between the watchdog's polls): memory stays bounded however much
-    the program writes, and a program that writes faster than the polls read only waits."""
+    program runs (`wait`, the watchdog's pause between polls, reads whenever the stream has
+    something): memory stays bounded however much the program writes, and a flood is read as
+    fast as it comes, so it ends by its own exit or by the watchdog's limits."""
 
     def __init__(self, stream, cap: int = OUTPUT_CAP):
         self.fd, self.cap = stream.fileno(), cap
         os.set_blocking(self.fd, False)
         self.first, self.tail, self.total = b"", bytearray(), 0
 
-    def drain(self) -> None:
-        """Read what the stream holds now (to its end once the program has gone)."""
+    def wait(self, seconds: float) -> None:
+        """Read what the stream brings for `seconds` (after its end, only wait)."""
+        end = time.perf_counter() + seconds
+        while (left := end - time.perf_counter()) > 0:
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready and not self.drain():
+                time.sleep(max(0.0, end - time.perf_counter()))
+                return
+
+    def drain(self) -> bool:
+        """Read what the stream holds now (to its end once the program has gone); False once
+        the stream has ended."""
         while True:
             try:
                 chunk = os.read(self.fd, 1 << 16)
             except BlockingIOError:
-                return
+                return True
             if not chunk:
-                return
+                return False
             if self.total == 0 and b"\n" in chunk[:4096]:
                 line, _, chunk = chunk.partition(b"\n")
                 self.first = line + b"\n"
@@ -146,8 +158,7 @@ def run_python(program: str, limits: Limits = Limits(), checks: Checks | None = 
                 if _size(workdir) > QUOTA_MB << 20:
                     stopped = f"its directory passed {QUOTA_MB} MiB"
                     break
-                capture.drain()
-                time.sleep(_POLL_S)
+                capture.wait(_POLL_S)
         finally:
             _kill_group(proc)  # anything left in the group (RLIMIT_NPROC allows no children)
         first, stderr, cut = capture.text()
