@@ -25,6 +25,9 @@ TRIAL_METRICS = (
     "latency_ratio",
 )
 
+# metrics a decode's counts give, however it was timed: an untimed profile has them exactly
+UNTIMED = ("accuracy", "tokens_per_nfe", "acceptance_rate", "mean_accept_len", "prompt_decodes")
+
 
 # metric -> (numerator, denominator) of per-prompt columns (None: count the prompts). At batch
 # size 1, where a batch is its prompt, `trial_metrics` gives Σ numerator / Σ denominator over

@@ -69,12 +69,38 @@ def hypervolume_against(spec, study, points, reference: str, batch_size: int = 1
 
 def sweep_cost(study) -> dict[str, float]:
     """What a sweep has decoded so far, trials and baselines: prompt-decodes, decode wall
-    time, and the prompt-decodes of trials racing stopped."""
+    time, engine-seconds (all the time workers spent on them, a multi-fidelity search's
+    untimed profiles included), and the prompt-decodes of trials racing stopped."""
     trials = study.get_trials(deepcopy=False)
     costs = [t.user_attrs.get("metrics", {}) for t in trials] + list(baselines(study).values())
+    profiles = sum(t.user_attrs.get("fidelity", {}).get("profile_engine_s", 0.0) for t in trials)
     return {"prompt_decodes": float(sum(m.get("prompt_decodes", 0) for m in costs)),
             "decode_s": float(sum(m.get("decode_s", 0) for m in costs)),
+            "engine_s": float(sum(m.get("engine_s", 0) for m in costs) + profiles),
             "stopped_prompt_decodes": float(sum(t.user_attrs.get(STOPPED, 0) for t in trials))}
+
+
+def fidelity_lines(trials: list, metric: str) -> list[str]:
+    """What a multi-fidelity search measured and predicted: candidates profiled untimed,
+    timed on every prompt, stopped; and, for those timed that had no timed prompt before
+    (calibration), the first objective as predicted from the profile alone against the
+    measurement."""
+    decided = [t.user_attrs["fidelity"] | {"metrics": t.user_attrs.get("metrics", {})}
+               for t in trials if "fidelity" in t.user_attrs]
+    if not decided:
+        return []
+    full = max(d["profiled"] for d in decided)
+    timed = [d for d in decided if d["timed"] >= full]
+    errors = [abs(d["predicted_before_timing"] / d["metrics"][metric] - 1) for d in timed
+              if d.get("predicted_before_timing") and d["metrics"].get(metric)]
+    profile_s = sum(d.get("profile_engine_s", 0.0) for d in decided)
+    stopped = sum(bool(d["stopped"]) for d in decided)
+    line = (f"multi-fidelity: {len(decided)} candidates profiled untimed ({profile_s:.1f} engine-seconds), "
+            f"{len(timed)} timed on every prompt, {stopped} stopped")
+    if errors:
+        line += (f"; {metric} predicted before timing vs measured: mean error "
+                 f"{sum(errors) / len(errors):.1%}, largest {max(errors):.1%} ({len(errors)} trials)")
+    return [line]
 
 
 def failures(study) -> list:
@@ -121,11 +147,14 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     stopped = [t for t in trials if STOPPED in t.user_attrs]
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} stopped by racing, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
-                 f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; target {spec.search.trials}")
+                 f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; " + (
+                     "target: every grid point (multi-fidelity search)"
+                     if spec.search.sampler == "multifidelity" else f"target {spec.search.trials}"))
+    lines += fidelity_lines(trials, list(spec.objectives)[0])
     cost = sweep_cost(study)
     raced = f"; {cost['stopped_prompt_decodes']:.0f} of them on trials racing stopped" if stopped else ""
-    lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding "
-                 f"(trials and baselines{raced})")
+    lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding, "
+                 f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})")
     for (pair, kind, size), metrics in sorted(baselines(study).items()):
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps"))
         lines.append(f"{pair}:{kind}" + (f" at batch size {size}" if size > 1 else "") + f": {shown}")

@@ -2,8 +2,9 @@
 strategy asks configurations of the same space (with the sampler and the duplicate rule a
 live sweep uses); the answer is the grid's measured objective values; hypervolume is read
 after fixed trial budgets (`compare_strategies`). `race_strategies` replays the grid's
-per-prompt records instead, with and without racing (analysis/racing.py), and counts cost
-in prompt-decodes."""
+per-prompt records instead, with and without racing (analysis/racing.py), and the
+multi-fidelity search (sweep/fidelity.py), and counts cost in engine-seconds: the wall time
+of every decode a strategy runs (for the grid's own, the batch-1 decodes it timed)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
-from orchestrator.sweep.race import law, same_law
+from orchestrator.sweep.race import in_order, law, same_law
 from orchestrator.sweep.search import ask_untried, directions, make_sampler
 from orchestrator.sweep.space import batch_sizes, candidate_of, grid, modelled, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
@@ -93,7 +94,7 @@ def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | No
 
 @dataclass
 class Replayed:
-    """One replayed search: finished candidates in order, with the prompt-decodes spent when
+    """One replayed search: finished candidates in order, with the engine-seconds spent when
     each finished, and the total spent."""
 
     finished: list[tuple[tuple, float]]  # (params key, cost when it finished)
@@ -102,15 +103,13 @@ class Replayed:
 
 def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str, seed: int, budget: float,
                 racing: Racing | None) -> Replayed:
-    """Ask candidates as `replay` does until `budget` prompt-decodes are spent; each runs on
+    """Ask candidates as `replay` does until `budget` engine-seconds are spent; each runs on
     every prompt, or (with `racing`) rung by rung, stopped when `racing.stop` says so. The
     sampler is told the final values of finished candidates; stopped ones are pruned. Rungs
     are prefixes of the order a live race uses (`race_order`), and rivals of one `law` pass
     over accuracy, as in a live race."""
     total = len(next(iter(records.values())))
-    order = race_order([r["index"] for r in next(iter(records.values()))], spec.search.seed)
-    position = {index: i for i, index in enumerate(order)}
-    records = {k: sorted(rows, key=lambda r: position[r["index"]]) for k, rows in records.items()}
+    records = in_race_order(spec, records)
     laws = {k: law(c.pair, c.config) for k in records for c in [candidate_of(spec, dict(k))]}
     objectives = dict(spec.objectives)
     constraints = constraint_terms(spec.constraints)
@@ -134,7 +133,7 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
         rows = records[key]
         done = 0
         for n in rungs(total, racing) if racing else [total]:
-            spent += n - done
+            spent += sum(r["wall_s"] for r in rows[done:n])
             done = n
             measured[key] = rows[:n]
             rivals = [(r, same_law(laws[key], laws[k])) for k, r in measured.items() if k != key]
@@ -148,6 +147,12 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
         if trial is not None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     return Replayed(finished, spent)
+
+
+def in_race_order(spec: SweepSpec, records: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
+    """Each configuration's records in the order a live race decodes them (`race_order`)."""
+    order = race_order([r["index"] for r in next(iter(records.values()))], spec.search.seed)
+    return {k: in_order(rows, order) for k, rows in records.items()}
 
 
 def check_replayable(spec: SweepSpec, study: optuna.Study, sweep: str) -> None:
@@ -203,8 +208,9 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
     `sweep`: one row per (strategy, racing, budget share) with the hypervolume reached
     (fraction of the grid's, feasible points only), the recall of the grid's frontier (the
     share of its configurations found: hypervolume alone can read 1.000 with some missing)
-    and the prompt-decodes spent as a fraction of the grid's, means over seeds. At share 1.0
-    racing reaches every configuration: its recall is what racing the whole grid keeps."""
+    and the engine-seconds spent as a fraction of the grid's, means over seeds. At share 1.0
+    racing reaches every configuration: its recall is what racing the whole grid keeps. Then
+    one row for the multi-fidelity search, run to its end (`multifidelity_row`)."""
     spec, records, feasible = grid_records(root, sweep)
     why = unsummed(spec.objectives)
     if why:
@@ -215,7 +221,14 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
     reference = default_reference([values[k] for k in records], directions_)
     full = hypervolume([values[k] for k in usable], directions_, reference) or 1.0
     front = {usable[i] for i in pareto_front([values[k] for k in usable], directions_)}
-    grid_cost = float(sum(len(r) for r in records.values()))
+    grid_cost = float(sum(r["wall_s"] for rows in records.values() for r in rows))
+
+    def reached(found: list[tuple]) -> tuple[float, float]:
+        """(hypervolume fraction, recall) of the feasible configurations `found`."""
+        found = [k for k in found if feasible[k]]
+        volume = hypervolume([values[k] for k in found], directions_, reference) / full
+        return volume, len(front & set(found)) / len(front)
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
     for strategy in ("grid", "random", "tpe", "nsga2"):
@@ -225,14 +238,51 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
                 for s in range(seeds):
                     budget = share * grid_cost
                     run = race_replay(spec, records, strategy, s, budget, racing if raced else None)
-                    found = [k for k, at in run.finished if at <= budget and feasible[k]]
-                    hv.append(hypervolume([values[k] for k in found], directions_, reference) / full)
-                    recall.append(len(front & set(found)) / len(front))
+                    h, r = reached([k for k, at in run.finished if at <= budget])
+                    hv.append(h)
+                    recall.append(r)
                     cost.append(min(run.spent, budget) / grid_cost)
                 rows.append({"strategy": strategy, "racing": raced, "budget": share,
                              "hypervolume_fraction": statistics.mean(hv), "recall": statistics.mean(recall),
                              "cost_fraction": statistics.mean(cost)})
+    rows.append(multifidelity_row(spec, in_race_order(spec, records), racing, seeds, grid_cost, reached))
     return rows
+
+
+def multifidelity_row(spec: SweepSpec, records: dict[tuple, list[dict]], racing: Racing, seeds: int,
+                      grid_cost: float, reached) -> dict:
+    """The multi-fidelity search run to its end `seeds` times (bench/fidelity.py): means over
+    seeds of the hypervolume fraction and recall of the frontier it returns, of its cost (and
+    of each phase's) as a fraction of the grid's engine-seconds, of the candidates it timed on
+    every prompt; and the largest relative error of the first objective's prediction (made
+    before a candidate's timing) against its measurement."""
+    from orchestrator.analysis.metrics import pareto_front as front_of
+    from orchestrator.bench.fidelity import Profiler, search
+
+    directions_ = tuple(spec.objectives.values())
+    profiler = Profiler(spec, [r["index"] for r in next(iter(records.values()))])
+    first = next(iter(spec.objectives))
+    hv, recall, cost, timed, errors = [], [], [], [], []
+    phases: dict[str, list[float]] = {}
+    for s in range(seeds):
+        state = search(spec, records, profiler, racing, s)
+        left = state.frontier()
+        measured = [tuple(value(state.timed[k], m) for m in spec.objectives) for k in left]
+        h, r = reached([left[i] for i in front_of(measured, directions_)])
+        hv.append(h)
+        recall.append(r)
+        cost.append(sum(state.spent.values()) / grid_cost)
+        for phase, seconds in state.spent.items():
+            phases.setdefault(phase, []).append(seconds / grid_cost)
+        full = [k for k in state.timed if len(state.timed[k]) == state.total]
+        timed.append(len(full))
+        errors += [abs(state.predicted_before[k] / value(state.timed[k], first) - 1)
+                   for k in full if state.predicted_before.get(k)]
+    return {"strategy": "multifidelity", "racing": True, "budget": None,
+            "hypervolume_fraction": statistics.mean(hv), "recall": statistics.mean(recall),
+            "cost_fraction": statistics.mean(cost),
+            **{f"{phase}_fraction": statistics.mean(v) for phase, v in phases.items()},
+            "timed": statistics.mean(timed), "prediction_error": max(errors, default=None)}
 
 
 def mean_rows(runs: dict[str, list[list[float]]]) -> list[dict]:
@@ -255,8 +305,19 @@ def fraction_table(points: int, runs: dict[str, list[list[float]]], sweep: str, 
 
 def race_table(rows: list[dict], sweep: str, racing: Racing, seeds: int) -> list[str]:
     """The lines `specsweep bench search --racing` prints: one per `race_strategies` row."""
-    return [f"replaying {sweep} from its per-prompt records; budget = share of the grid's prompt-decodes; "
-            f"racing start {racing.start}, factor {racing.factor:g}; means over {seeds} seeds",
-            f"{'strategy':<8} {'racing':<6} {'budget':>6} {'hypervolume':>11} {'recall':>7} {'cost':>6}"] + [
-        f"{r['strategy']:<8} {'yes' if r['racing'] else 'no':<6} {r['budget']:>6.0%} "
-        f"{r['hypervolume_fraction']:>11.3f} {r['recall']:>7.3f} {r['cost_fraction']:>6.3f}" for r in rows]
+    lines = [f"replaying {sweep} from its per-prompt records; budget and cost = shares of the grid's "
+             f"engine-seconds; racing start {racing.start}, factor {racing.factor:g}; "
+             f"means over {seeds} seeds",
+             f"{'strategy':<13} {'racing':<6} {'budget':>6} {'hypervolume':>11} {'recall':>7} {'cost':>6}"]
+    for r in rows:
+        budget = "to end" if r["budget"] is None else f"{r['budget']:.0%}"
+        lines.append(f"{r['strategy']:<13} {'yes' if r['racing'] else 'no':<6} {budget:>6} "
+                     f"{r['hypervolume_fraction']:>11.3f} {r['recall']:>7.3f} {r['cost_fraction']:>6.3f}")
+    for r in rows:
+        if r["strategy"] == "multifidelity":
+            error = r["prediction_error"]
+            error = "" if error is None else f"; largest prediction error {error:.1%}"
+            lines.append(f"multifidelity: cost by phase: profile {r['profile_fraction']:.3f}, calibration "
+                         f"{r['calibration_fraction']:.3f}, timing {r['timing_fraction']:.3f}; "
+                         f"{r['timed']:.1f} configurations timed on every prompt{error}")
+    return lines

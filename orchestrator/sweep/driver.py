@@ -32,8 +32,11 @@ import ray
 from orchestrator.engines import listed
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
+from orchestrator.sweep.fidelity import fidelity_note
+from orchestrator.sweep.outcome import shard_records
 from orchestrator.sweep.plan import Planner, decoding_order
 from orchestrator.sweep.prompts import pair_prompts
+from orchestrator.sweep.race import in_order
 from orchestrator.sweep.record import BaselineFailed, Progress, Recorder
 from orchestrator.sweep.shards import Job
 from orchestrator.sweep.spec import SweepSpec, check_runnable
@@ -178,6 +181,9 @@ class Driver:
         self.progress.note = ""
 
     def _run_trials(self) -> None:
+        if self.spec.search.sampler == "multifidelity":
+            self._run_multifidelity()
+            return
         self.planner.start_trials()
 
         def refill() -> None:
@@ -185,6 +191,43 @@ class Driver:
                 self.executor.run(job)
 
         self._drain(self._finish_trial, refill)
+
+    def _run_multifidelity(self) -> None:
+        """The multi-fidelity search (fidelity.py): each step's requests as jobs on the workers,
+        their records told back; once it is over, every candidate a trial (`Recorder.decided`).
+        A candidate whose decode fails leaves the search and is recorded failed."""
+        search = self.planner.multifidelity()
+        outputs: dict[tuple, list[dict]] = {}  # key -> its timed shards' results
+        errors: dict[tuple, str] = {}
+        requests = {}
+
+        def told(job: Job) -> None:
+            request = requests.pop(job.key)
+            if job.error is not None:
+                errors[request.key] = job.error
+                search.stopped[request.key] = f"failed: {job.error}"
+                return
+            results = list(job.results.values())
+            records = in_order(shard_records(results), self.planner.indices)
+            search.tell(request, records, sum(out.get("engine_s", 0.0) for out in results))
+            if request.timed:
+                outputs.setdefault(request.key, []).extend(results)
+
+        while step := search.step():
+            self.progress.note = fidelity_note(search, step)
+            self.on_progress(self.progress)
+            for request in step:
+                job = self.planner.request_job(request)
+                requests[job.key] = request
+                self.executor.run(job)
+            self._drain(told)
+        self.progress.note = ""
+        for key in sorted(search.pairs):
+            trial, candidate = self.planner.start_trial(key)
+            job = Job(f"trial:{trial.number}", f"trial {trial.number}", candidate, [], trial,
+                      dict(enumerate(outputs.get(key, []))), error=errors.get(key))
+            self.recorder.decided(job, search, key)
+            self.on_progress(self.progress)
 
     def _finish_trial(self, job: Job) -> None:
         rung = self.planner.after(job)

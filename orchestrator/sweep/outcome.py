@@ -40,11 +40,18 @@ def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int) -> tupl
         metrics["engine_start_s"] = sum(out.get("engine_start_s", 0.0) for out in results)
         metrics["engine_restarts"] = sum(out.get("engine_restarts", 0) for out in results)
     metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in results)
+    metrics["engine_s"] = engine_seconds(results)
     control = None
     if controls:
         control = {"at": min(c["at"] for c in controls), "decodes": len(controls),
                    "ms_per_token": control_speed(controls)}
     return metrics, control
+
+
+def engine_seconds(results: list[dict]) -> float:
+    """A job's cost in engine-seconds: the wall time its workers spent on its shards, warm-up,
+    controls and engine starts included (each shard's `engine_s`)."""
+    return float(sum(out.get("engine_s", 0.0) for out in results))
 
 
 def constraint_values(metrics: dict, constraints: list[str]) -> list[float]:

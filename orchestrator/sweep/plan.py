@@ -15,16 +15,25 @@ from functools import cached_property
 
 import optuna
 
-from orchestrator.analysis.racing import race_order
+from orchestrator.analysis.racing import Racing, race_order
 from orchestrator.engines import engine_of
 from orchestrator.stored import baseline_key
+from orchestrator.sweep.fidelity import MultiFidelity, Request
 from orchestrator.sweep.outcome import shard_records
-from orchestrator.sweep.race import Race, Rung, law
+from orchestrator.sweep.race import Race, Rung, in_order, law
 from orchestrator.sweep.record import Progress
 from orchestrator.sweep.search import ask_untried, finished_trials, guided_start, remaining_grid, tried_keys
 from orchestrator.sweep.shards import Job, split
-from orchestrator.sweep.space import Candidate, baseline_config, batch_sizes, grid, params_key
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.space import (
+    Candidate,
+    baseline_config,
+    batch_sizes,
+    candidate_of,
+    choose_config,
+    grid,
+    params_key,
+)
+from orchestrator.sweep.spec import FidelitySpec, SweepSpec, constraint_terms
 from orchestrator.sweep.workers import Shard
 from workloads.tasks import Example
 
@@ -32,10 +41,18 @@ from workloads.tasks import Example
 def decoding_order(spec: SweepSpec, examples: list[Example]) -> list[Example]:
     """The task's examples in the order a sweep decodes them: the race's order when the
     sweep races (rungs are prefixes, and each must sample the prompts uniformly)."""
-    if not spec.search.racing:
+    if not spec.search.race():
         return examples
     by_index = {e.index: e for e in examples}
     return [by_index[i] for i in race_order(list(by_index), spec.search.seed)]
+
+
+def describe(trial: optuna.Trial, candidate: Candidate) -> None:
+    """What a trial runs, on the trial: its pair, config, batch size and exactness."""
+    trial.set_user_attr("pair", candidate.pair)
+    trial.set_user_attr("config", candidate.config.to_dict())
+    trial.set_user_attr("batch_size", candidate.batch_size)
+    trial.set_user_attr("exact", candidate.config.exact)
 
 
 class Planner:
@@ -49,7 +66,7 @@ class Planner:
         self.serves = serves  # worker -> the pairs it serves: a job's shards go one per eligible worker
         self.race = Race(spec, len(indices)) if spec.search.racing else None
         if self.race is not None:
-            self.race.load(self.study)  # rivals finished or stopped by earlier sessions
+            self.race.load(self.study, indices)  # rivals finished or stopped by earlier sessions
         # built once, here: every trial shard carries this same config to its worker
         self.control = baseline_config(spec, "ar") if "ar" in spec.baselines else None
         self.planned: list[dict] | None = None  # grid sampler: grid points not enqueued yet, in order
@@ -65,16 +82,18 @@ class Planner:
     def job(self, key: str, label: str, candidate: Candidate, trial: optuna.Trial | None = None) -> Job:
         """A job over every prompt, or over the first rung's when the trial races."""
         count = self.race.first() if self.race is not None and trial is not None else len(self.indices)
-        return Job(key, label, candidate, self.shards(candidate, trial, 0, count), trial)
+        number = trial.number if trial is not None else None
+        return Job(key, label, candidate, self.shards(candidate, number, 0, count), trial)
 
-    def shards(self, candidate: Candidate, trial: optuna.Trial | None, start: int, end: int) -> list[Shard]:
+    def shards(self, candidate: Candidate, number: int | None, start: int, end: int) -> list[Shard]:
         """Shards of the prompts start..end-1 (decoding order), one per eligible worker, each
-        of whole batches; a trial's carry its engine's control (Engine.control)."""
+        of whole batches; a trial's (`number` not None) carry its engine's control
+        (Engine.control)."""
         eligible = [w for w, names in self.serves.items() if candidate.pair in names]
         indices = self.indices[start:end]
         engine = engine_of(candidate.config)
-        control = engine.control(candidate.config, self.control) if trial is not None else None
-        number = trial.number if trial is not None else -1
+        control = engine.control(candidate.config, self.control) if number is not None else None
+        number = -1 if number is None else number
         size = candidate.batch_size
         repeats = engine.repeats(self.spec.serving.repeats)
         return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size, repeats)
@@ -133,10 +152,7 @@ class Planner:
         if asked is None:
             return None
         trial, candidate = asked
-        trial.set_user_attr("pair", candidate.pair)
-        trial.set_user_attr("config", candidate.config.to_dict())
-        trial.set_user_attr("batch_size", candidate.batch_size)
-        trial.set_user_attr("exact", candidate.config.exact)
+        describe(trial, candidate)
         return self.job(f"trial:{trial.number}", f"trial {trial.number}", candidate, trial)
 
     def after(self, job: Job) -> Rung:
@@ -146,10 +162,55 @@ class Planner:
         per-prompt columns on the study for the races of later sessions."""
         if self.race is None or job.error is not None:
             return Rung()
-        records = shard_records(list(job.results.values()))
+        records = in_order(shard_records(list(job.results.values())), self.indices)
         rung = self.race.after(job.trial.number, records, law(job.candidate.pair, job.candidate.config))
         if rung.next is not None:
-            job.shards += self.shards(job.candidate, job.trial, len(records), rung.next)
+            job.shards += self.shards(job.candidate, job.trial.number, len(records), rung.next)
         else:
             self.race.keep(job.trial, records)
         return rung
+
+    # -- the multi-fidelity search -----------------------------------------------------------
+
+    def multifidelity(self) -> MultiFidelity:
+        """The multi-fidelity search over the grid, with the spec's racing and calibration."""
+        r, f = self.spec.search.race(), self.spec.search.fidelity or FidelitySpec()
+        pairs, laws = {}, {}
+        for params in self.space:
+            candidate = candidate_of(self.spec, params)
+            pairs[params_key(params)] = candidate.pair
+            laws[params_key(params)] = law(candidate.pair, candidate.config)
+        self.progress.target = len(pairs)
+        racing = Racing(start=r.start, factor=r.factor, alpha=r.alpha)
+        return MultiFidelity(pairs, laws, len(self.indices), racing,
+                             dict(self.spec.objectives), constraint_terms(self.spec.constraints),
+                             calibration=f.calibration, calibration_prompts=f.calibration_prompts,
+                             parallel=self.spec.search.parallel, seed=self.spec.search.seed)
+
+    def request_job(self, request: Request) -> Job:
+        """A multi-fidelity request as a job: a profile's prompts in one shard of one batch,
+        with no control; a timing's at batch size 1 with the trial's control, split as a
+        trial's."""
+        candidate = candidate_of(self.spec, dict(request.key))
+        if request.timed:
+            shards = self.shards(candidate, -1, request.start, request.end)
+        else:
+            indices = tuple(self.indices[request.start:request.end])
+            shards = [Shard(-1, candidate.pair, candidate.config, indices, None, len(indices))]
+        label = (f"{request.phase} {candidate.pair} {params_label(request.key)}, "
+                 f"prompts {request.start}-{request.end}")
+        return Job(f"{request.phase}:{request.key}:{request.start}", label, candidate, shards)
+
+    def start_trial(self, key: tuple) -> tuple[optuna.Trial, Candidate]:
+        """A new trial on the grid point `key` (a multi-fidelity candidate, recorded once
+        decided)."""
+        self.study.enqueue_trial(dict(key))
+        trial = self.study.ask()
+        candidate = choose_config(self.spec, trial.suggest_categorical)  # the enqueued params, as the trial's
+        describe(trial, candidate)
+        return trial, candidate
+
+
+def params_label(key: tuple) -> str:
+    """A grid point's params in one short line: `name=value, ...`."""
+    return ", ".join(f"{name}={value}" for name, value in key)

@@ -36,6 +36,13 @@ def same_law(a: tuple | None, b: tuple | None) -> bool:
     return a is not None and a == b
 
 
+def in_order(records: list[dict], order: list[int]) -> list[dict]:
+    """`records` in the race's `order` of prompt indices: a rival's first n records are then
+    the prompts a candidate measured on n was, so the two compare paired."""
+    position = {index: i for i, index in enumerate(order)}
+    return sorted(records, key=lambda r: position[r["index"]])
+
+
 @dataclass(frozen=True)
 class Rung:
     """A race's decision after a rung: go on to `next` prompts, stop (`stopped`: dominated
@@ -54,7 +61,7 @@ class Race:
 
     @property
     def racing(self) -> Racing:
-        r = self.spec.search.racing
+        r = self.spec.search.race()
         return Racing(start=r.start, factor=r.factor, alpha=r.alpha)
 
     def columns(self) -> list[str]:
@@ -67,7 +74,7 @@ class Race:
         return rungs(self.total, self.racing)[0]
 
     def after(self, number: int, records: list[dict], trial_law: tuple | None) -> Rung:
-        """The decision after a rung of trial `number` (its records so far, in prompt order;
+        """The decision after a rung of trial `number` (its records so far, in the race's order;
         its `law`)."""
         self.measured[number], self.laws[number] = records, trial_law
         n = len(records)
@@ -83,12 +90,14 @@ class Race:
         """Keep a trial's per-prompt columns on the study, for racing after a resume."""
         trial.set_user_attr("racing", {c: [r.get(c) for r in records] for c in ["index", *self.columns()]})
 
-    def load(self, study: optuna.Study) -> None:
-        """The records of every trial an earlier session finished or stopped."""
+    def load(self, study: optuna.Study, order: list[int]) -> None:
+        """The records of every trial an earlier session finished or stopped, in the race's
+        `order` of prompt indices."""
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         for t in study.get_trials(deepcopy=False, states=states):
             kept = t.user_attrs.get("racing")
             if kept:
-                self.measured[t.number] = [dict(zip(kept, row)) for row in zip(*kept.values())]
+                records = [dict(zip(kept, row)) for row in zip(*kept.values())]
+                self.measured[t.number] = in_order(records, order)
                 config = DecodeConfig.from_dict(t.user_attrs["config"])
                 self.laws[t.number] = law(t.user_attrs["pair"], config)

@@ -18,9 +18,10 @@ from pathlib import Path
 import optuna
 
 from orchestrator.analysis.frontier import frontier_trials
-from orchestrator.analysis.metrics import trial_metrics
+from orchestrator.analysis.metrics import UNTIMED, trial_metrics
 from orchestrator.analysis.racing import STOPPED
-from orchestrator.sweep.outcome import constraint_values, shard_records, trial_outcome
+from orchestrator.sweep.fidelity import MultiFidelity
+from orchestrator.sweep.outcome import constraint_values, engine_seconds, shard_records, trial_outcome
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
 from orchestrator.sweep.search import finished_trials
 from orchestrator.sweep.shards import MAX_LOST, Job
@@ -108,7 +109,7 @@ class Recorder:
         self.baselines[pair][schedule, size] = records
         if job.key in self.study.user_attrs:
             return  # logged by an earlier session of this sweep; its records came from the cache
-        metrics = trial_metrics(records)
+        metrics = {**trial_metrics(records), "engine_s": engine_seconds(list(job.results.values()))}
         self._log(job, metrics, {"specsweep.baseline": schedule, "specsweep.batch_size": str(size)}, records,
                   "FINISHED")
         self.study.set_user_attr(job.key, metrics)
@@ -149,6 +150,35 @@ class Recorder:
                 self.study.tell(trial, [metrics[m] for m in self.spec.objectives])
         self.progress.finished += 1
         self.progress.frontier = len(frontier_trials(self.study, self.spec))
+
+    def decided(self, job: Job, search: MultiFidelity, key: tuple) -> None:
+        """Record a multi-fidelity candidate once the search is over, with what it measured
+        (`fidelity` on the trial: prompts profiled and timed, predicted objectives, why it
+        stopped): timed on every prompt and still in the race, a finished trial; timed on
+        some and stopped, a trial racing stopped; failed, a failed one; profiled only, pruned
+        and logged with its untimed metrics and predicted objectives."""
+        trial = job.trial
+        predicted = {m: search.predicted(key, m) for m in self.spec.objectives}
+        fidelity = {"profiled": len(search.profiles.get(key, [])), "timed": len(search.timed.get(key, [])),
+                    "predicted": predicted, "stopped": search.stopped.get(key),
+                    "predicted_before_timing": search.predicted_before.get(key),
+                    "profile_engine_s": search.profile_s.get(key, 0.0)}
+        trial.set_user_attr("fidelity", fidelity)
+        if job.error is not None or job.results:
+            self.finish_trial(job, stopped=key in search.stopped)
+            return
+        records = search.profiles.get(key, [])
+        metrics = {m: v for m, v in trial_metrics(records).items() if m in UNTIMED}
+        metrics.update({f"predicted_{m}": v for m, v in predicted.items()
+                        if v is not None and m not in UNTIMED})
+        trial.set_user_attr("metrics", metrics)
+        trial.set_user_attr(STOPPED, 0)
+        tags = {"specsweep.trial": str(trial.number), "specsweep.racing": "stopped",
+                "specsweep.fidelity": f"profiled on {len(records)} prompts, untimed; {fidelity['stopped']}"}
+        self._log(job, metrics, tags, records, "FINISHED")
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        self.progress.stopped += 1
+        self.progress.finished += 1
 
     # -- the end of a session ----------------------------------------------------------------
 

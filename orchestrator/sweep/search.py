@@ -31,7 +31,7 @@ def make_sampler(spec: SweepSpec, sampler: str | None = None, seed: int | None =
         return trial.user_attrs.get("constraints", [0.0])
 
     kwargs = {"constraints_func": constraints} if spec.constraints else {}
-    if name in ("grid", "random"):
+    if name in ("grid", "random", "multifidelity"):
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **kwargs)

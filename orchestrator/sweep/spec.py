@@ -120,14 +120,29 @@ class RacingSpec(_Strict):
     alpha: float = Field(0.01, gt=0.0, lt=0.5)  # error rate of one comparison
 
 
+class FidelitySpec(_Strict):
+    """The multi-fidelity search's calibration (orchestrator/sweep/fidelity.py)."""
+
+    calibration: int = Field(5, ge=2)  # configurations per pair timed to fit its cost model
+    calibration_prompts: int = Field(8, ge=2)  # prompts each of them is timed on
+
+
 class SearchSpec(_Strict):
-    sampler: Literal["grid", "random", "tpe", "nsga2", "gp"] = "tpe"
+    sampler: Literal["grid", "random", "tpe", "nsga2", "gp", "multifidelity"] = "tpe"
     trials: int = Field(20, ge=1)
     parallel: int = Field(2, ge=1)
     seed: int = Field(0, ge=0, le=MAX_SEED)
     storage: str | None = None  # Optuna RDB URL (postgresql://...) on a cluster; default: local journal
     guide: str | None = None  # calibration JSON (`model calibrate`): enqueue the predicted frontier first
     racing: RacingSpec | None = None  # stop candidates early once dominated (None: every prompt)
+    fidelity: FidelitySpec | None = None  # sampler multifidelity: its calibration (None: the defaults)
+
+    def race(self) -> RacingSpec | None:
+        """The racing a sweep runs: its own, or the multi-fidelity search's (which always
+        races: from 8 prompts, where the rule can first stop a candidate at α = 0.01)."""
+        if self.sampler == "multifidelity":
+            return self.racing or RacingSpec(start=8)
+        return self.racing
 
 
 class TrackingSpec(_Strict):
@@ -279,7 +294,10 @@ def _check_space(spec: SweepSpec) -> None:
     for value in dims.get("batch_size", []):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"spec: space.batch_size: {value!r} is not a whole number >= 1")
-    why = space_error(dims, spec.search.racing is not None)
+    if spec.search.sampler == "multifidelity" and any(e.served for e in listed(dims)):
+        raise SpecError("spec: search.sampler: multifidelity profiles and times specsweep's engine only; "
+                        "take vllm out of space.engine")
+    why = space_error(dims, spec.search.race() is not None)
     if why:
         raise SpecError(why)
     for key, values in dims.items():
@@ -301,12 +319,15 @@ def _check_space(spec: SweepSpec) -> None:
                 raise SpecError(shorten(f"spec: space.{key}: {err}")) from None
             except TypeError:
                 raise SpecError(shorten(f"spec: space.{key}: bad value {value!r}")) from None
-    if spec.search.racing is not None:
+    if spec.search.race() is not None:
+        where = "search.racing" if spec.search.racing else "search.sampler: multifidelity"
         why = unsummed(spec.objectives)
         if why:
-            raise SpecError(f"spec: search.racing: {why}")
+            raise SpecError(f"spec: {where}: {why}")
         if any(b != 1 for b in dims.get("batch_size", [1])):
-            raise SpecError("spec: search.racing: races at batch size 1 only (space.batch_size)")
+            raise SpecError(f"spec: {where}: races at batch size 1 only (space.batch_size)")
+    if spec.search.fidelity is not None and spec.search.sampler != "multifidelity":
+        raise SpecError("spec: search.fidelity: applies to sampler multifidelity only")
     kinds = list(spec.pair_kinds.values())
     for schedule in dims.get("schedule", []):
         if not any(kind.runs(schedule) for kind in kinds):

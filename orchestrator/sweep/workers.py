@@ -126,8 +126,11 @@ class PairWorker:
 
     def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
         """Measure and score every (example, formatted prompt) of the shard the way its
-        config's engine measures (Engine.measure: `decode` here, or `serve` on a server)."""
-        return engine_of(shard.config).measure(self, shard, items)
+        config's engine measures (Engine.measure: `decode` here, or `serve` on a server);
+        `engine_s`: the seconds it took here, all of it (warm-up, controls, engine starts)."""
+        start = time.perf_counter()
+        out = engine_of(shard.config).measure(self, shard, items)
+        return {**out, "engine_s": time.perf_counter() - start}
 
     def decode(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
         """`run` in specsweep's engine: decode the shard in batches of its batch size, with its

@@ -57,6 +57,24 @@ SPECS = {
                               "'sampler'?)"),
     "a misspelt dimension": ({"space": {**GOOD["space"], "stpes": [1]}},
                              "spec: space.stpes: unknown dimension (did you mean 'steps'?); known: "),
+    "a multi-fidelity search served": (
+        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"}, "space": SERVED},
+        "spec: search.sampler: multifidelity profiles and times specsweep's engine only; take vllm out of "
+        "space.engine"),
+    "a multi-fidelity search over batch sizes": (
+        {"search": {**GOOD["search"], "sampler": "multifidelity"},
+         "space": {**GOOD["space"], "batch_size": [1, 2]}},
+        "spec: search.sampler: multifidelity: races at batch size 1 only (space.batch_size)"),
+    "a multi-fidelity search on a metric no prompt sums": (
+        {"search": {**GOOD["search"], "sampler": "multifidelity"},
+         "objectives": {"throughput_ratio": "max", "accuracy": "max"}},
+        "spec: search.sampler: multifidelity: objective throughput_ratio is not a sum over prompts"),
+    "calibration without a multi-fidelity search": (
+        {"search": {**GOOD["search"], "fidelity": {"calibration": 3}}},
+        "spec: search.fidelity: applies to sampler multifidelity only"),
+    "one calibration configuration": (
+        {"search": {**GOOD["search"], "sampler": "multifidelity", "fidelity": {"calibration": 1}}},
+        "spec: search.fidelity.calibration: Input should be greater than or equal to 2"),
 }
 
 

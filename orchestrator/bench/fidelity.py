@@ -1,0 +1,73 @@
+"""The multi-fidelity search (`sweep.fidelity`) replayed on a measured grid: its profiles
+decoded for real, here, in one process, since their engine-seconds are what it claims to
+save; its timings read from the grid's per-prompt records, timed at batch size 1 as it would
+time them."""
+
+from __future__ import annotations
+
+import time
+
+from orchestrator.analysis.racing import Racing
+from orchestrator.sweep.fidelity import MultiFidelity
+from orchestrator.sweep.race import law
+from orchestrator.sweep.space import candidate_of
+from orchestrator.sweep.spec import SweepSpec, constraint_terms
+
+
+class Profiler:
+    """Untimed decodes of a grid's configurations on slices of the race order, each slice in
+    one batch, as a sweep's worker would run them (the sweep's prompts and per-prompt seeds);
+    memoised, so replays with other seeds reuse what one decoded (and the seconds it took)."""
+
+    def __init__(self, spec: SweepSpec, order: list[int]):
+        from orchestrator.sweep.prompts import pair_prompts
+        from workloads.models import load_pair
+        from workloads.tasks import get_task
+
+        self.spec, self.order = spec, order
+        self.task = get_task(spec.task.name, spec.task.data)
+        examples = self.task.examples(n=spec.task.limit, seed=spec.task.seed)
+        self.examples = {e.index: e for e in examples}
+        self.prompts = pair_prompts(spec, self.task, examples)
+        self.pairs = {p.name: load_pair(p.load_spec()) for p in spec.pairs}
+        self.done: dict[tuple, tuple[list[dict], float]] = {}
+
+    def __call__(self, key: tuple, start: int, end: int) -> tuple[list[dict], float]:
+        if (key, start, end) not in self.done:
+            from orchestrator.sweep.workers import prompt_seed
+            from workloads.decoding import decode_batch
+
+            candidate = candidate_of(self.spec, dict(key))
+            indices = self.order[start:end]
+            prompts = [self.prompts[candidate.pair][i] for i in indices]
+            seeds = [prompt_seed(self.spec.search.seed, i) for i in indices]
+            begin = time.perf_counter()
+            out = decode_batch(self.pairs[candidate.pair], prompts, candidate.config, seeds=seeds)
+            seconds = time.perf_counter() - begin
+            records = []
+            for i, result in zip(indices, out.results):
+                record = result.to_dict()
+                record.update(index=i, correct=self.task.judge(self.examples[i], result.text).correct)
+                records.append(record)
+            self.done[key, start, end] = records, seconds
+        return self.done[key, start, end]
+
+
+def search(spec: SweepSpec, records: dict[tuple, list[dict]], profiler: Profiler, racing: Racing,
+           seed: int, **settings) -> MultiFidelity:
+    """One multi-fidelity search over the grid's configurations (`records`: per key, its
+    timed records in race order), run to its end; `settings` those of MultiFidelity."""
+    pairs, laws = {}, {}
+    for key in records:
+        candidate = candidate_of(spec, dict(key))
+        pairs[key], laws[key] = candidate.pair, law(candidate.pair, candidate.config)
+    state = MultiFidelity(pairs, laws, len(profiler.order), racing, dict(spec.objectives),
+                          constraint_terms(spec.constraints), seed=seed, **settings)
+    while requests := state.step():
+        for request in requests:
+            if request.timed:
+                rows = records[request.key][request.start:request.end]
+                state.tell(request, rows, sum(r["wall_s"] for r in rows))
+            else:
+                state.tell(request, *profiler(request.key, request.start, request.end))
+    return state
