@@ -26,6 +26,7 @@ from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
 SHARES = (0.1, 0.25, 0.5)  # of the grid's trial count, where `compare_strategies` reads hypervolume
+RACED = ("grid", "random", "tpe", "gp", "nsga2", "auto")  # race_strategies, with the multi-fidelity search
 
 
 def replay(
@@ -118,7 +119,7 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
         random.Random(seed).shuffle(keys)
     study = None
     if strategy != "grid":
-        study = optuna.create_study(directions=directions(spec), sampler=make_sampler(spec, strategy, seed))
+        study = optuna.create_study(directions=directions(spec), sampler=bench_sampler(spec, strategy, seed))
     measured: dict[tuple, list[dict]] = {}
     finished: list[tuple[tuple, float]] = []
     spent = 0.0
@@ -147,6 +148,31 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
         if trial is not None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     return Replayed(finished, spent)
+
+
+class Unavailable(Exception):
+    """A strategy this machine cannot run (why, in one line)."""
+
+
+def bench_sampler(spec: SweepSpec, strategy: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The sampler of `strategy`: a sweep's (`make_sampler`), or `auto`, OptunaHub's
+    AutoSampler (it picks GP, TPE or NSGA-II by the problem), loaded by `optunahub` from its
+    registry; Unavailable where that package or its registry is out of reach."""
+    if strategy != "auto":
+        return make_sampler(spec, strategy, seed)
+    try:
+        import optunahub
+
+        module = optunahub.load_module("samplers/auto_sampler")
+    except ImportError:
+        raise Unavailable("optunahub is not installed (pip install optunahub)") from None
+    except Exception as err:  # noqa: BLE001 (a registry out of reach fails in many ways)
+        raise Unavailable(f"optunahub could not load samplers/auto_sampler ({type(err).__name__})") from None
+
+    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+        return trial.user_attrs.get("constraints", [0.0])
+
+    return module.AutoSampler(seed=seed, **({"constraints_func": constraints} if spec.constraints else {}))
 
 
 def in_race_order(spec: SweepSpec, records: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
@@ -231,7 +257,12 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
-    for strategy in ("grid", "random", "tpe", "nsga2"):
+    for strategy in RACED:
+        try:
+            bench_sampler(spec, strategy, 0)
+        except Unavailable as why:
+            rows.append({"strategy": strategy, "unavailable": str(why)})
+            continue
         for raced in (False, True):
             for share in shares:
                 hv, recall, cost = [], [], []
@@ -310,6 +341,9 @@ def race_table(rows: list[dict], sweep: str, racing: Racing, seeds: int) -> list
              f"means over {seeds} seeds",
              f"{'strategy':<13} {'racing':<6} {'budget':>6} {'hypervolume':>11} {'recall':>7} {'cost':>6}"]
     for r in rows:
+        if "unavailable" in r:
+            lines.append(f"{r['strategy']:<13} unavailable here: {r['unavailable']}")
+            continue
         budget = "to end" if r["budget"] is None else f"{r['budget']:.0%}"
         lines.append(f"{r['strategy']:<13} {'yes' if r['racing'] else 'no':<6} {budget:>6} "
                      f"{r['hypervolume_fraction']:>11.3f} {r['recall']:>7.3f} {r['cost_fraction']:>6.3f}")

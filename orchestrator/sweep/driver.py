@@ -28,21 +28,24 @@ from pathlib import Path
 
 import optuna
 import ray
+from optuna.trial import TrialState
 
 from orchestrator.engines import listed
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
-from orchestrator.sweep.fidelity import fidelity_note
+from orchestrator.sweep.fidelity import MultiFidelity, fidelity_note
 from orchestrator.sweep.outcome import shard_records
 from orchestrator.sweep.plan import Planner, decoding_order
 from orchestrator.sweep.prompts import pair_prompts
 from orchestrator.sweep.race import in_order
 from orchestrator.sweep.record import BaselineFailed, Progress, Recorder
+from orchestrator.sweep.search import tried_keys
 from orchestrator.sweep.shards import Job
 from orchestrator.sweep.spec import SweepSpec, check_runnable
 from orchestrator.sweep.study import (
     StateLock,
     SweepError,
+    mark_interrupted,
     open_state,
     open_study,
     requeue_interrupted,
@@ -125,7 +128,10 @@ class Driver:
         if not self.prepared:
             self.prepare(resume, fresh)
         self.study = open_study(self.dir, self.spec)
-        requeue_interrupted(self.study)
+        if self.spec.search.sampler == "multifidelity":  # it records every candidate not recorded yet
+            mark_interrupted(self.study)
+        else:
+            requeue_interrupted(self.study)
         self.recorder = Recorder(self.spec, self.study, self.dir, self.prompts, self.progress)
         previous = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -194,8 +200,10 @@ class Driver:
 
     def _run_multifidelity(self) -> None:
         """The multi-fidelity search (fidelity.py): each step's requests as jobs on the workers,
-        their records told back; once it is over, every candidate a trial (`Recorder.decided`).
-        A candidate whose decode fails leaves the search and is recorded failed."""
+        their records told back; once it is over, every candidate a trial (`Recorder.decided`),
+        but those an earlier session recorded (a resumed search runs again from the shard
+        cache, to the same decisions). A candidate whose decode fails leaves the search and is
+        recorded failed."""
         search = self.planner.multifidelity()
         outputs: dict[tuple, list[dict]] = {}  # key -> its timed shards' results
         errors: dict[tuple, str] = {}
@@ -222,11 +230,25 @@ class Driver:
                 self.executor.run(job)
             self._drain(told)
         self.progress.note = ""
-        for key in sorted(search.pairs):
+        self._record_candidates(search, outputs, errors)
+
+    def _record_candidates(self, search: MultiFidelity, outputs: dict[tuple, list[dict]],
+                           errors: dict[tuple, str]) -> None:
+        """Each candidate of a finished multi-fidelity search as a trial, but those an earlier
+        session recorded; one stopped between its ask and its tell is failed-interrupted, so
+        `--resume` records it."""
+        recorded = tried_keys(self.study)
+        for key in sorted(k for k in search.pairs if k not in recorded):
             trial, candidate = self.planner.start_trial(key)
             job = Job(f"trial:{trial.number}", f"trial {trial.number}", candidate, [], trial,
                       dict(enumerate(outputs.get(key, []))), error=errors.get(key))
-            self.recorder.decided(job, search, key)
+            try:
+                self.recorder.decided(job, search, key)
+            except BaseException:
+                if self.study.get_trials(deepcopy=False)[trial.number].state == TrialState.RUNNING:
+                    trial.set_user_attr("interrupted", True)
+                    self.study.tell(trial, state=TrialState.FAIL)
+                raise
             self.on_progress(self.progress)
 
     def _finish_trial(self, job: Job) -> None:

@@ -236,6 +236,13 @@ def never_started(path: Path, spec: SweepSpec) -> bool:
     return not study.get_trials(deepcopy=False) and "parent_run" not in study.user_attrs
 
 
+def mark_interrupted(study: optuna.Study) -> None:
+    """Trials left RUNNING by a killed session, marked failed-interrupted."""
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+
 def requeue_interrupted(study: optuna.Study) -> None:
     """Ask interrupted configurations again.
 
@@ -246,9 +253,7 @@ def requeue_interrupted(study: optuna.Study) -> None:
     finished shards come from the cache."""
     from orchestrator.sweep.space import params_key
 
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    mark_interrupted(study)
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
     asked = tried_keys(study) | {params_key(t.system_attrs.get("fixed_params", {})) for t in waiting}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
