@@ -128,3 +128,26 @@ def test_a_race_runs_in_a_seeded_order_of_the_prompts():
     order = race_order(list(range(64)), seed=0)
     assert sorted(order) == list(range(64)) and order != list(range(64))
     assert order == race_order(list(range(64)), seed=0) != race_order(list(range(64)), seed=1)
+
+
+def test_rivals_compare_on_the_same_prompts_in_the_races_order():
+    """A rival's first n records must be the prompts a candidate measured on n was: records
+    kept sorted by prompt index would pair a candidate's first rung (a random sample of the
+    prompts) with the rival's lowest indices."""
+    from orchestrator.analysis.racing import race_order
+    from orchestrator.sweep.race import in_order
+    from workloads.decoding import DecodeConfig
+
+    order = race_order(list(range(32)), seed=0)
+    by_index = [{"index": i, "correct": 1.0, "new_tokens": 8, "wall_s": 0.1} for i in range(32)]
+    assert [r["index"] for r in in_order(by_index, order)] == order
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    trial = study.ask()
+    trial.set_user_attr("racing", {c: [r[c] for r in by_index] for c in ("index", "correct", "new_tokens",
+                                                                          "wall_s")})
+    trial.set_user_attr("config", DecodeConfig(block=4, steps=1).to_dict())
+    trial.set_user_attr("pair", "toy")
+    study.tell(trial, [1.0, 1.0])
+    race = Race(parse_spec(SPEC), total=32)
+    race.load(study, order)
+    assert [r["index"] for r in race.measured[trial.number]] == order
