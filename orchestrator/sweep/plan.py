@@ -64,7 +64,9 @@ class Planner:
         self.spec, self.study, self.progress = spec, study, progress
         self.indices = indices  # prompt indices in decoding order
         self.serves = serves  # worker -> the pairs it serves: a job's shards go one per eligible worker
-        self.race = Race(spec, len(indices)) if spec.search.racing else None
+        # the multi-fidelity search races on its own (fidelity.py), its trials recorded once decided
+        racing = spec.search.racing and spec.search.sampler != "multifidelity"
+        self.race = Race(spec, len(indices)) if racing else None
         if self.race is not None:
             self.race.load(self.study, indices)  # rivals finished or stopped by earlier sessions
         # built once, here: every trial shard carries this same config to its worker
