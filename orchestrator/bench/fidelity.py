@@ -34,7 +34,7 @@ class Profiler:
 
     def __call__(self, key: tuple, start: int, end: int) -> tuple[list[dict], float]:
         if (key, start, end) not in self.done:
-            from orchestrator.sweep.workers import prompt_seed
+            from orchestrator.sweep.workers import prompt_seed, scored
             from workloads.decoding import decode_batch
 
             candidate = candidate_of(self.spec, dict(key))
@@ -44,11 +44,7 @@ class Profiler:
             begin = time.perf_counter()
             out = decode_batch(self.pairs[candidate.pair], prompts, candidate.config, seeds=seeds)
             seconds = time.perf_counter() - begin
-            records = []
-            for i, result in zip(indices, out.results):
-                record = result.to_dict()
-                record.update(index=i, correct=self.task.judge(self.examples[i], result.text).correct)
-                records.append(record)
+            records = [scored(self.task, self.examples[i], result) for i, result in zip(indices, out.results)]
             self.done[key, start, end] = records, seconds
         return self.done[key, start, end]
 

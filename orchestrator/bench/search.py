@@ -20,7 +20,7 @@ from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
 from orchestrator.sweep.race import in_order, law, same_law
-from orchestrator.sweep.search import ask_untried, directions, make_sampler
+from orchestrator.sweep.search import ask_untried, constraint_kwargs, directions, make_sampler
 from orchestrator.sweep.space import batch_sizes, candidate_of, grid, modelled, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
@@ -107,10 +107,9 @@ def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str
     """Ask candidates as `replay` does until `budget` engine-seconds are spent; each runs on
     every prompt, or (with `racing`) rung by rung, stopped when `racing.stop` says so. The
     sampler is told the final values of finished candidates; stopped ones are pruned. Rungs
-    are prefixes of the order a live race uses (`race_order`), and rivals of one `law` pass
-    over accuracy, as in a live race."""
+    are prefixes of `records`, which are in the order a live race uses (`in_race_order`), and
+    rivals of one `law` pass over accuracy, as in a live race."""
     total = len(next(iter(records.values())))
-    records = in_race_order(spec, records)
     laws = {k: law(c.pair, c.config) for k in records for c in [candidate_of(spec, dict(k))]}
     objectives = dict(spec.objectives)
     constraints = constraint_terms(spec.constraints)
@@ -168,11 +167,7 @@ def bench_sampler(spec: SweepSpec, strategy: str, seed: int) -> optuna.samplers.
         raise Unavailable("optunahub is not installed (pip install optunahub)") from None
     except Exception as err:  # noqa: BLE001 (a registry out of reach fails in many ways)
         raise Unavailable(f"optunahub could not load samplers/auto_sampler ({type(err).__name__})") from None
-
-    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
-        return trial.user_attrs.get("constraints", [0.0])
-
-    return module.AutoSampler(seed=seed, **({"constraints_func": constraints} if spec.constraints else {}))
+    return module.AutoSampler(seed=seed, **constraint_kwargs(spec))
 
 
 def in_race_order(spec: SweepSpec, records: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
@@ -241,6 +236,7 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
     why = unsummed(spec.objectives)
     if why:
         raise ValueError(f"--racing: {why}")
+    records = in_race_order(spec, records)
     directions_ = tuple(spec.objectives.values())
     values = {k: tuple(value(r, m) for m in spec.objectives) for k, r in records.items()}
     usable = [k for k in records if feasible[k]]
@@ -276,7 +272,7 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
                 rows.append({"strategy": strategy, "racing": raced, "budget": share,
                              "hypervolume_fraction": statistics.mean(hv), "recall": statistics.mean(recall),
                              "cost_fraction": statistics.mean(cost)})
-    rows.append(multifidelity_row(spec, in_race_order(spec, records), racing, seeds, grid_cost, reached))
+    rows.append(multifidelity_row(spec, records, racing, seeds, grid_cost, reached))
     return rows
 
 
@@ -287,7 +283,6 @@ def multifidelity_row(spec: SweepSpec, records: dict[tuple, list[dict]], racing:
     of each phase's) as a fraction of the grid's engine-seconds, of the candidates it timed on
     every prompt; and the largest relative error of the first objective's prediction (made
     before a candidate's timing) against its measurement."""
-    from orchestrator.analysis.metrics import pareto_front as front_of
     from orchestrator.bench.fidelity import Profiler, search
 
     directions_ = tuple(spec.objectives.values())
@@ -299,7 +294,7 @@ def multifidelity_row(spec: SweepSpec, records: dict[tuple, list[dict]], racing:
         state = search(spec, records, profiler, racing, s)
         left = state.frontier()
         measured = [tuple(value(state.timed[k], m) for m in spec.objectives) for k in left]
-        h, r = reached([left[i] for i in front_of(measured, directions_)])
+        h, r = reached([left[i] for i in pareto_front(measured, directions_)])
         hv.append(h)
         recall.append(r)
         cost.append(sum(state.spent.values()) / grid_cost)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.analysis.fidelity import CostModel, fit, spread
-from orchestrator.analysis.racing import Racing, rungs, stop, value
+from orchestrator.analysis.racing import Racing, infeasible, rungs, stop, value
 from orchestrator.sweep.race import same_law
 
 PHASES = ("profile", "calibration", "timing")
@@ -107,7 +107,7 @@ class MultiFidelity:
         slow = {k: self.records(k, models[self.pairs[k]], +1.0) for k in alive}
         for key in alive:
             if fast[key] is None:
-                if stop(self.profiles[key], [], {}, self.constraints, self.racing, self.seed):
+                if infeasible(self.profiles[key], self.constraints, self.racing):
                     self.stopped[key] = f"infeasible after {len(self.profiles[key])} prompts"
                 continue
             rivals = [(slow[k], same_law(self.laws[key], self.laws[k])) for k in alive

@@ -18,6 +18,17 @@ def directions(spec: SweepSpec) -> list[str]:
     return ["maximize" if d == "max" else "minimize" for d in spec.objectives.values()]
 
 
+def trial_constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+    """A trial's constraint values as samplers read them (<= 0 is feasible)."""
+    return trial.user_attrs.get("constraints", [0.0])
+
+
+def constraint_kwargs(spec: SweepSpec) -> dict:
+    """What a sampler that supports constraints is given: `trial_constraints`, when the spec
+    has constraints."""
+    return {"constraints_func": trial_constraints} if spec.constraints else {}
+
+
 def make_sampler(spec: SweepSpec, sampler: str | None = None, seed: int | None = None
                  ) -> optuna.samplers.BaseSampler:
     """The sampler named by `sampler` (default: the spec's), seeded by `seed` (default: the
@@ -26,11 +37,7 @@ def make_sampler(spec: SweepSpec, sampler: str | None = None, seed: int | None =
     feasible)."""
     name = sampler or spec.search.sampler
     seed = spec.search.seed if seed is None else seed
-
-    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
-        return trial.user_attrs.get("constraints", [0.0])
-
-    kwargs = {"constraints_func": constraints} if spec.constraints else {}
+    kwargs = constraint_kwargs(spec)
     if name in ("grid", "random", "multifidelity"):
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":

@@ -41,6 +41,12 @@ WARMUP = 2  # untimed prompts per pair and process, before its first timed decod
 CONTROLS = 3  # prompts per trial shard also decoded with `ar` under the same conditions
 
 
+def scored(task, example: Example, result) -> dict:
+    """A decoded prompt's record: its DecodeResult, its index and the task's score of it."""
+    score = task.judge(example, result.text)
+    return {**result.to_dict(), "index": example.index, "correct": score.correct, "detail": score.detail}
+
+
 def prompt_seed(sweep_seed: int, index: int) -> int:
     """Seed of prompt `index` in a sweep: the same for every config, worker and retry."""
     digest = hashlib.sha256(f"{sweep_seed}:{index}".encode()).digest()
@@ -156,11 +162,8 @@ class PairWorker:
                                  "wall_s": timed.wall_s, "at": at})
             done = self._decode(pair, prompts, base, seeds)
             for (example, _), result in zip(batch, done.results):
-                record = result.to_dict()
-                score = self.task.judge(example, result.text)
-                record.update(index=example.index, correct=score.correct, detail=score.detail, batch=first,
-                              batch_wall_s=done.wall_s, batch_nfe=done.nfe)
-                records.append(record)
+                records.append({**scored(self.task, example, result), "batch": first,
+                                "batch_wall_s": done.wall_s, "batch_nfe": done.nfe})
         _release_device_memory()
         return {"records": records, "controls": controls, "warmup": warmup, "node": _node(),
                 "gpu": _gpu_name()}
