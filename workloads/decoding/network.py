@@ -10,6 +10,7 @@ of the verified prefix (rejected drafts, drafting rows) are not kept (layout.Cal
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -92,6 +93,13 @@ def side_stream(device: torch.device):
     main.wait_stream(side)
 
 
+def cache_keyword(model: PreTrainedModel) -> str:
+    """The name `model`'s forward takes its KV cache by: `cache` from transformers 5.2x,
+    `past_key_values` before it (and in remote code). Passing the other name is not an error
+    there: the cache is silently dropped and a custom mask no longer fits the keys."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class Network:
     """A transformers causal LM serving the rows of one batch, with their KV slots (`rows`:
     the batch's size; `slack`: slots.SlotCache's)."""
@@ -106,6 +114,7 @@ class Network:
         self.dtype = model.dtype
         self.tap = None  # a FeatureTap on this network: the features of its latest call
         self.work = Meter()  # its forward passes, their token rows (padding included) and time
+        self.cache_keyword = cache_keyword(model)
 
     def prepare(self, call: Call):
         """The forward of `call` over every row held, returning logits (L, Q, V), and the
@@ -127,7 +136,7 @@ class Network:
         inputs = dict(input_ids=call.ids.to(self.device), position_ids=call.positions.to(self.device),
                       attention_mask=mask)
         if cache is not None:
-            inputs.update(cache=cache, use_cache=True)
+            inputs.update({self.cache_keyword: cache, "use_cache": True})
 
         def commit() -> None:
             if cache is not None and call.kept is not None:
