@@ -16,6 +16,9 @@ OPT = dict(show_default=False)
 @user_errors
 def conform(
     pair: str = typer.Option("toy-dflash", help="A pair whose drafter vLLM serves (a DFlash pair)."),
+    method: str = typer.Option(None, help="vLLM's speculative method: the pair's drafter (default) or ngram "
+                                          "(held to vLLM's n-gram drafting replayed over the verifier's "
+                                          "greedy output)."),
     draft_tokens: int = typer.Option(7, min=1, help="vLLM's num_speculative_tokens (specsweep: the block "
                                      "that drafts as many, K = 1)."),
     task: str = typer.Option("arith", help="Task whose zero-shot prompts are decoded."),
@@ -39,16 +42,20 @@ def conform(
     from workloads.tasks.prompts import format_prompt
 
     kind = pair_kind(pair)
-    if kind.serving_method is None:
+    if method not in (None, "ngram", kind.serving_method):
+        raise ServingError(f"--method: {method} has no reference on a {kind.name} pair; use ngram"
+                           + (f" or {kind.serving_method}" if kind.serving_method else ""))
+    method = method or kind.serving_method
+    if method is None:
         raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
-                           "use a DFlash pair")
-    try:
-        check_drafts(pair, pair, draft_tokens, dflash=True)
-    except ValueError as err:
-        raise ServingError(f"--draft-tokens: {err}") from None
+                           "use a DFlash pair or --method ngram")
+    if method != "ngram":
+        try:
+            check_drafts(pair, pair, draft_tokens, dflash=True)
+        except ValueError as err:
+            raise ServingError(f"--draft-tokens: {err}") from None
     vllm_python()  # set up, before the pair loads
-    config = ServingConfig(method=kind.serving_method, num_speculative_tokens=draft_tokens,
-                           max_new_tokens=max_new_tokens)
+    config = ServingConfig(method=method, num_speculative_tokens=draft_tokens, max_new_tokens=max_new_tokens)
     if prompts is not None:
         texts = read_prompts(prompts)
     else:

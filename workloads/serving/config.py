@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
+from workloads.serving.ngram import PROMPT_LOOKUP
 
 METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
 
@@ -57,7 +58,8 @@ class ServingConfig:
             return None
         config: dict = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
         if self.method == "ngram":
-            return {**config, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+            smallest, largest = PROMPT_LOOKUP
+            return {**config, "prompt_lookup_min": smallest, "prompt_lookup_max": largest}
         if drafter is None:
             raise ServingError(f"method: {self.method} needs a drafter; this pair has none")
         return {**config, "model": drafter}

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from workloads.decoding import decode
+from workloads.decoding import DecodeConfig, decode
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.load import serve
+from workloads.serving.ngram import replay
 from workloads.serving.vllm import VllmServer
 
 
@@ -130,10 +131,24 @@ def compare(references: list[Decoded], vllm: list[Decoded], config: ServingConfi
     return Conformance(config, rows, kernel_check, reference)
 
 
+def reference(pair, texts: list[str], config: ServingConfig) -> list[Decoded]:
+    """What vLLM must match, from specsweep: its engine under config.decode_config, or for
+    `ngram` the verifier's greedy output with vLLM's n-gram drafting replayed over it."""
+    if config.method != "ngram":
+        ours = config.decode_config(pair.kind)
+        return [Decoded.of(decode(pair, text, ours)) for text in texts]
+    greedy = DecodeConfig(schedule="ar", max_new_tokens=config.max_new_tokens, seed=config.seed,
+                          stop=config.stop)
+    out = []
+    for text in texts:
+        tokens = decode(pair, text, greedy).token_ids
+        lookup = replay(pair.tokenizer(text, verbose=False).input_ids, tokens, config.num_speculative_tokens)
+        out.append(Decoded(tuple(tokens), lookup.iterations, lookup.drafted, lookup.accepted))
+    return out
+
+
 def check(pair, server: VllmServer, texts: list[str], config: ServingConfig) -> Conformance:
-    """Decode `texts` with the loaded `pair` under config.decode_config and serve them one
-    at a time on `server` (started with `config`'s speculative settings); compare each prompt."""
-    ours = config.decode_config(pair.kind)
+    """The `reference` of `texts` on the loaded `pair`, and the same prompts served one at a
+    time on `server` (started with `config`'s speculative settings); compared prompt by prompt."""
     theirs = served(server, [pair.tokenizer(t, verbose=False).input_ids for t in texts], config)
-    mine = [Decoded.of(decode(pair, text, ours)) for text in texts]
-    return compare(mine, theirs, config, server.kernel_check())
+    return compare(reference(pair, texts, config), theirs, config, server.kernel_check())

@@ -31,7 +31,7 @@ def test_conform_refuses_a_pair_vllm_cannot_serve_in_one_line():
     result = runner.invoke(app, ["conform", "--pair", "toy"])
     assert result.exit_code == 2
     assert result.output.strip() == ("error: pair: toy is a two-model pair, whose drafter vLLM does not "
-                                     "serve; use a DFlash pair")
+                                     "serve; use a DFlash pair or --method ngram")
 
 
 @on_vllm
@@ -54,3 +54,15 @@ def test_conform_without_the_workaround_fails_and_shows_each_differing_prompt():
     assert "FAIL" in result.output and "greedy tokens identical: 8/8 prompts" in result.output
     assert "workaround off" in result.output and "per prompt (specsweep / vllm):" in result.output
     assert "accepted " in result.output.split("per prompt")[1]
+
+
+@on_vllm
+def test_vllms_ngram_drafting_is_the_replay_over_the_verifiers_greedy_output():
+    """Per prompt, vLLM's n-gram drafts, drafted and accepted tokens are the replay's: the
+    acceptance of an ngram configuration is known from one greedy decode, without serving."""
+    result = runner.invoke(app, ["conform", "--pair", "toy", "--method", "ngram", "--draft-tokens", "3",
+                                 "--limit", "8"])
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output and "identical: 8/8 prompts (accepted/drafted: specsweep" in result.output
+    drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0]
+    assert int(drafted.split("/")[0]) > 0  # drafts were checked and some accepted
