@@ -173,22 +173,71 @@ def search_bench(
                                 "racing."),
     start: int = typer.Option(16, "--start", min=1, help="Racing: prompts of the first rung."),
     factor: float = typer.Option(2.0, "--factor", min=1.01, help="Racing: growth of the prompts per rung."),
+    serving: bool = typer.Option(False, "--serving", help="Replay a vLLM grid: per concurrency, the "
+                                 "pick of each strategy and of the multi-fidelity search, cost in "
+                                 "engine-seconds."),
+    tolerance: float = typer.Option(0.05, "--tolerance", min=0.0, help="--serving: the multi-fidelity "
+                                    "search times a setting only while it could beat the pick by more."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search strategies over the same space, replayed from a measured grid: hypervolume
     reached (fraction of the grid's) after 10%, 25% and 50% of the grid's trial count; with
     --racing, from its per-prompt records, after those shares of its prompt-decodes, with
-    and without racing, with the recall of the grid's frontier."""
+    and without racing, with the recall of the grid's frontier; with --serving, a vLLM grid's
+    picks per concurrency at 25% and 50% of its engine-seconds, and the multi-fidelity
+    search's."""
     from orchestrator.analysis.racing import Racing
     from orchestrator.bench import search
 
-    if racing:
+    if serving:
+        from orchestrator.bench.servingsearch import serving_strategies, serving_table
+
+        rows, predictions = serving_strategies(Path(root), sweep, seeds, tolerance)
+        _show(_json(rows) if as_json else serving_table(rows, predictions, sweep, seeds))
+    elif racing:
         race = Racing(start=start, factor=factor)
         rows = search.race_strategies(Path(root), sweep, seeds, race)
         _show(_json(rows) if as_json else search.race_table(rows, sweep, race, seeds))
     else:
         points, runs = search.compare_strategies(Path(root), sweep, seeds, calibration)
         _show(_json(search.mean_rows(runs)) if as_json else search.fraction_table(points, runs, sweep, seeds))
+
+
+@app.command("picks")
+@user_errors
+def picks_bench(
+    sweeps: list[str] = typer.Argument(..., help="Finished vLLM sweeps of one pair (e.g. serving "
+                                       "serving-fidelity)."),
+    root: str = typer.Option(".", "--root"),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="Loads of each pick per concurrency."),
+    by: str = typer.Option(None, "--by", help="Pick by this metric (default: each sweep's first objective)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Each sweep's best configuration per concurrency, served again in one run, their
+    loads interleaved on resident servers, on the first sweep's prompts: median tokens/s and
+    the gap to the fastest pick there."""
+    from orchestrator.bench.picks import serve_picks, sweep_picks, table
+    from orchestrator.sweep.prompts import pair_prompts
+    from orchestrator.sweep.study import load_sweep
+    from workloads.models.pair import load_tokenizer
+    from workloads.models.pairspec import refs
+    from workloads.serving.vllm import vllm_python
+    from workloads.tasks import get_task
+
+    vllm_python()
+    chosen = {name: sweep_picks(Path(root), name, by) for name in sweeps}
+    pairs = {pair for pair, _ in chosen.values()}
+    if len(pairs) > 1:
+        raise ValueError(f"sweeps: they pick from different pairs ({', '.join(sorted(pairs))})")
+    spec, _ = load_sweep(Path(root), sweeps[0])
+    pair = next(p for p in spec.pairs if p.name in pairs)
+    task = get_task(spec.task.name, spec.task.data)
+    texts = pair_prompts(spec, task, task.examples(n=spec.task.limit, seed=spec.task.seed))[pair.name]
+    tokenizer = load_tokenizer(pair.load_spec())
+    ids = [tokenizer(t, verbose=False).input_ids for t in texts.values()]
+    rows = serve_picks(refs(pair.load_spec()), ids, {n: c for n, (_, c) in chosen.items()}, repeats,
+                       progress=None if as_json else lambda msg: typer.echo(msg, err=True))
+    _show(_json(rows) if as_json else table(rows))
 
 
 @app.command("racing")

@@ -33,8 +33,8 @@ from optuna.trial import TrialState
 from orchestrator.engines import listed
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
-from orchestrator.sweep.fidelity import MultiFidelity, fidelity_note
-from orchestrator.sweep.outcome import shard_records
+from orchestrator.sweep.fidelity import MultiFidelity
+from orchestrator.sweep.outcome import engine_seconds, shard_records
 from orchestrator.sweep.plan import Planner, decoding_order
 from orchestrator.sweep.prompts import pair_prompts
 from orchestrator.sweep.race import in_order
@@ -199,12 +199,13 @@ class Driver:
         self._drain(self._finish_trial, refill)
 
     def _run_multifidelity(self) -> None:
-        """The multi-fidelity search (fidelity.py): each step's requests as jobs on the workers,
-        their records told back; once it is over, every candidate a trial (`Recorder.decided`),
+        """The multi-fidelity search (fidelity.py, or on vLLM servingfidelity.py): each step's
+        requests as jobs on the workers, their records (and raw shard results) told back;
+        once it is over, every candidate a trial (`Recorder.decided`),
         but those an earlier session recorded (a resumed search runs again from the shard
         cache, to the same decisions). A candidate whose decode fails leaves the search and is
         recorded failed."""
-        search = self.planner.multifidelity()
+        search = self.planner.multifidelity(self.prompts)
         outputs: dict[tuple, list[dict]] = {}  # key -> its timed shards' results
         errors: dict[tuple, str] = {}
         requests = {}
@@ -217,12 +218,12 @@ class Driver:
                 return
             results = list(job.results.values())
             records = in_order(shard_records(results), self.planner.indices)
-            search.tell(request, records, sum(out.get("engine_s", 0.0) for out in results))
+            search.tell(request, records, engine_seconds(results), results)
             if request.timed:
                 outputs.setdefault(request.key, []).extend(results)
 
         while step := search.step():
-            self.progress.note = fidelity_note(search, step)
+            self.progress.note = search.note(step)
             self.on_progress(self.progress)
             for request in step:
                 job = self.planner.request_job(request)

@@ -46,6 +46,7 @@ class Request:
     start: int
     end: int
     phase: str  # profile, calibration or timing: what its engine-seconds count as
+    config: object = None  # what a profile decodes instead of the candidate's own (a served one's proxy)
 
 
 @dataclass
@@ -155,9 +156,9 @@ class MultiFidelity:
             chosen += spread(profiles, self.calibration, self.seed)
         return chosen
 
-    def tell(self, request: Request, records: list[dict], seconds: float) -> None:
+    def tell(self, request: Request, records: list[dict], seconds: float, results: list[dict] = ()) -> None:
         """The records of a request (prompts start..end-1, race order) and the engine-seconds
-        it took."""
+        it took (its shards' raw `results` add nothing the records do not hold here)."""
         kept = self.timed if request.timed else self.profiles
         kept[request.key] = kept.get(request.key, [])[:request.start] + records
         self.fitted = None
@@ -168,6 +169,9 @@ class MultiFidelity:
     def frontier(self) -> list[tuple]:
         """The candidates left, once the search is over: all timed on every prompt."""
         return [k for k in self.alive if len(self.timed.get(k, [])) >= self.total]
+
+    def note(self, step: list[Request]) -> str:
+        return fidelity_note(self, step)
 
 
 def fidelity_note(search: MultiFidelity, step: list[Request]) -> str:

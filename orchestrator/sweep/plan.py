@@ -23,6 +23,7 @@ from orchestrator.sweep.outcome import shard_records
 from orchestrator.sweep.race import Race, Rung, in_order, law
 from orchestrator.sweep.record import Progress
 from orchestrator.sweep.search import ask_untried, finished_trials, guided_start, remaining_grid, tried_keys
+from orchestrator.sweep.servingfidelity import ServingFidelity
 from orchestrator.sweep.shards import Job, split
 from orchestrator.sweep.space import (
     Candidate,
@@ -174,9 +175,13 @@ class Planner:
 
     # -- the multi-fidelity search -----------------------------------------------------------
 
-    def multifidelity(self) -> MultiFidelity:
-        """The multi-fidelity search over the grid, with the spec's racing and calibration."""
+    def multifidelity(self, prompts: dict[str, dict[int, str]]) -> MultiFidelity | ServingFidelity:
+        """The multi-fidelity search over the grid: on vLLM (`servingfidelity`), with the
+        spec's tolerance and error; else (`fidelity`) with its racing and calibration.
+        `prompts`: pair -> prompt index -> the prompt (an n-gram replay reads its tokens)."""
         r, f = self.spec.search.race(), self.spec.search.fidelity or FidelitySpec()
+        if any(engine_of(candidate_of(self.spec, p).config).served for p in self.space):
+            return self._serving_fidelity(prompts, f)
         pairs, laws = {}, {}
         for params in self.space:
             candidate = candidate_of(self.spec, params)
@@ -189,6 +194,25 @@ class Planner:
                              calibration=f.calibration, calibration_prompts=f.calibration_prompts,
                              parallel=self.spec.search.parallel, seed=self.spec.search.seed)
 
+    def _serving_fidelity(self, prompts: dict[str, dict[int, str]], f: FidelitySpec) -> ServingFidelity:
+        from workloads.models.pair import load_tokenizer
+        from workloads.serving.acceptance import profile_config
+
+        configs, proxies = {}, {}
+        for params in self.space:
+            candidate = candidate_of(self.spec, params)
+            configs[params_key(params)] = candidate.pair, candidate.config
+            kind = self.spec.pair_kinds[candidate.pair]
+            proxies[params_key(params)] = profile_config(candidate.config, kind)
+        tokenizers = {p.name: load_tokenizer(p.load_spec()) for p in self.spec.pairs}
+
+        def prompt_ids(pair: str, index: int) -> list[int]:
+            return tokenizers[pair](prompts[pair][index], verbose=False).input_ids
+
+        self.progress.target = len(configs)
+        return ServingFidelity(configs, proxies, prompt_ids, len(self.indices), f.tolerance, f.error,
+                               seed=self.spec.search.seed)
+
     def request_job(self, request: Request) -> Job:
         """A multi-fidelity request as a job: a profile's prompts in one shard of one batch,
         with no control; a timing's at batch size 1 with the trial's control, split as a
@@ -198,7 +222,8 @@ class Planner:
             shards = self.shards(candidate, -1, request.start, request.end)
         else:
             indices = tuple(self.indices[request.start:request.end])
-            shards = [Shard(-1, candidate.pair, candidate.config, indices, None, len(indices))]
+            config = request.config or candidate.config
+            shards = [Shard(-1, candidate.pair, config, indices, None, len(indices))]
         label = (f"{request.phase} {candidate.pair} {params_label(request.key)}, "
                  f"prompts {request.start}-{request.end}")
         return Job(f"{request.phase}:{request.key}:{request.start}", label, candidate, shards)

@@ -57,10 +57,27 @@ SPECS = {
                               "'sampler'?)"),
     "a misspelt dimension": ({"space": {**GOOD["space"], "stpes": [1]}},
                              "spec: space.stpes: unknown dimension (did you mean 'steps'?); known: "),
-    "a multi-fidelity search served": (
-        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"}, "space": SERVED},
-        "spec: search.sampler: multifidelity profiles and times specsweep's engine only; take vllm out of "
-        "space.engine"),
+    "a multi-fidelity search over both engines": (
+        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"},
+         "space": {**SERVED, "engine": ["vllm", "specsweep"]}},
+        "spec: search.sampler: multifidelity: times one kind of engine; list vllm alone in space.engine, or "
+        "sweep specsweep's engine in another spec"),
+    "a multi-fidelity search on vLLM over temperatures": (
+        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"},
+         "space": {**SERVED, "temperature": [0, 1]}},
+        "spec: search.sampler: multifidelity on vLLM: space.temperature must hold one value (it searches "
+        "method, num_speculative_tokens and concurrency)"),
+    "a multi-fidelity search on vLLM sampled": (
+        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"},
+         "space": {**SERVED, "temperature": [1]}},
+        "spec: search.sampler: multifidelity on vLLM: space.temperature must be 0 (acceptance is measured "
+        "greedy)"),
+    "a multi-fidelity search on vLLM for a timed metric it cannot know": (
+        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"}, "space": SERVED,
+         "objectives": {"throughput_tps": "max", "latency_s": "min"}},
+        "spec: search.sampler: multifidelity on vLLM: objectives: throughput_ratio (or throughput_tps): max, "
+        "and otherwise only metrics known without timing (accuracy, tokens_per_nfe, acceptance_rate, "
+        "mean_accept_len, prompt_decodes)"),
     "a multi-fidelity search over batch sizes": (
         {"search": {**GOOD["search"], "sampler": "multifidelity"},
          "space": {**GOOD["space"], "batch_size": [1, 2]}},

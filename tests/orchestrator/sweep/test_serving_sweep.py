@@ -148,3 +148,32 @@ def serve_export(config: Path, record: dict, tokens: int) -> tuple[list[int], Co
     finally:
         os.killpg(server.pid, signal.SIGKILL)
 
+
+
+def test_the_multi_fidelity_search_on_vllm_times_only_what_can_win(tmp_path):
+    """Every grid point becomes a trial; acceptance of each measured untimed (mean accept
+    length on the pruned ones as vLLM counts it on the timed ones of the same setting); the
+    drafter with the largest step gain is timed at every concurrency, the rest only where
+    their bound could still beat the pick; `none` is the controls' measurement."""
+    data = {**GOOD, "name": "served-mf", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 6},
+            "space": {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [1, 7],
+                      "concurrency": [1, 3], "max_new_tokens": 16},
+            "objectives": {"throughput_tps": "max", "accuracy": "max"},
+            "search": {"sampler": "multifidelity", "trials": 6, "parallel": 1}, "serving": {"repeats": 1}}
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("served-mf").experiment_id])
+    trials = {(r.data.params["method"], r.data.params.get("num_speculative_tokens"),
+               r.data.params["concurrency"]): r for r in runs if "method" in r.data.params}
+    assert len(trials) == 6 and all(r.info.status == "FINISHED" for r in trials.values())
+    timed = {k for k, r in trials.items() if "throughput_tps" in r.data.metrics}
+    assert {("dflash", "7", "1"), ("dflash", "7", "3")} <= timed and len(timed) < 6
+    for key, run in trials.items():
+        if key not in timed:
+            assert run.data.metrics["accuracy"] >= 0 and "specsweep.fidelity" in run.data.tags
+    untimed = [r for k, r in trials.items() if k[0] == "dflash" and k not in timed]
+    for run in untimed:
+        assert run.data.metrics["mean_accept_len"] > 0
+    status = runner.invoke(app, ["status", "served-mf", "--root", str(tmp_path)])
+    assert "multi-fidelity: 6 candidates profiled untimed" in status.output, status.output

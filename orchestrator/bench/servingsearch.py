@@ -1,0 +1,254 @@
+"""Search strategies on a serving grid (a vLLM sweep over method, drafts and concurrency),
+replayed: each configuration's tokens/s, ratio and engine-seconds are the grid's, its
+acceptance is measured here for real (workloads/serving/acceptance.py) for the multi-fidelity
+search, which times only what analysis/servingsearch.py says can still win.
+
+Cost is engine-seconds as a worker spends them: the control server's start once, a
+speculative server's start whenever the setting served changes (the grid recorded each
+setting's start on its first trial), and each configuration's loads, repeats and controls.
+Per concurrency, the pick is the fastest configuration a strategy measured; its gap is
+against the grid's fastest there, hypervolume and recall over (tokens/s, accuracy) there.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from orchestrator.analysis.frontier import hypervolume
+from orchestrator.analysis.metrics import pareto_front
+from orchestrator.analysis.servingsearch import ERROR, TOLERANCE, ServingSearch
+from orchestrator.sweep.search import ask_untried, directions, make_sampler
+from orchestrator.sweep.space import params_key
+from orchestrator.sweep.spec import SweepSpec
+
+SAMPLERS = ("grid", "random", "tpe", "gp", "nsga2")
+BUDGETS = (0.25, 0.5)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid trial: its setting, concurrency, what it measured and what it cost."""
+
+    method: str
+    drafts: int
+    concurrency: int
+    tps: float
+    ratio: float
+    accuracy: float
+    engine_s: float
+    start_s: float
+
+    @property
+    def setting(self) -> tuple[str, int]:
+        return self.method, self.drafts
+
+
+def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]:
+    """A finished vLLM grid sweep's trials by params key; ValueError where it is not one."""
+    from orchestrator.engines import VLLM, engine_of
+    from orchestrator.sweep.space import grid
+    from orchestrator.sweep.study import load_sweep
+
+    spec, study = load_sweep(root, sweep)
+    if spec.search.sampler != "grid":
+        raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
+    points = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        config, m = t.user_attrs["config"], t.user_attrs["metrics"]
+        if engine_of(config) is not VLLM:
+            raise ValueError(f"--serving: trial {t.number} of {sweep} ran in specsweep's engine; "
+                             "replay a vLLM sweep")
+        points[params_key(t.params)] = Point(
+            config["method"], config["num_speculative_tokens"], config["concurrency"], m["throughput_tps"],
+            m["throughput_ratio"], m["accuracy"], m["engine_s"], m.get("engine_start_s", 0.0))
+    if len(points) < len(grid(spec)):
+        raise ValueError(f"--serving: {sweep} finished {len(points)} of its {len(grid(spec))} grid points; "
+                         "finish it first (specsweep run SPEC --resume)")
+    return spec, points
+
+
+def starts(points: dict[tuple, Point]) -> dict[tuple[str, int], float]:
+    """Each setting's server start, as the grid recorded it on the setting's first trial."""
+    out: dict[tuple[str, int], float] = {}
+    for p in points.values():
+        out[p.setting] = max(out.get(p.setting, 0.0), p.start_s)
+    return out
+
+
+class Ledger:
+    """Engine-seconds as one worker spends them: the control's start once, a speculative
+    setting's start each time the setting served changes, every load."""
+
+    def __init__(self, points: dict[tuple, Point]):
+        self.start = starts(points)
+        self.spent = 0.0
+        self.serving: tuple[str, int] | None = None
+        self.control = False
+
+    def run(self, point: Point) -> None:
+        if not self.control:
+            self.spent += self.start[("none", 0)]
+            self.control = True
+        if point.method != "none" and point.setting != self.serving:
+            self.spent += self.start[point.setting]
+            self.serving = point.setting
+        self.spent += point.engine_s - point.start_s
+
+
+def sampled(spec: SweepSpec, points: dict[tuple, Point], strategy: str, seed: int,
+            budget: float) -> list[Point]:
+    """The configurations a sampler (or the grid in a seeded order) measures within `budget`
+    engine-seconds."""
+    import random
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*sampled independently.*")  # GP on a conditional space
+    ledger, found = Ledger(points), []
+    keys = list(points)
+    random.Random(seed).shuffle(keys)
+    study = None if strategy == "grid" else optuna.create_study(
+        directions=directions(spec), sampler=make_sampler(spec, strategy, seed))
+    seen: set[tuple] = set()
+    while len(seen) < len(points):
+        if study is None:
+            key, trial = keys[len(seen)], None
+        else:
+            asked = ask_untried(study, spec, lambda k, _: k in seen or k not in points,
+                                lambda: [dict(k) for k in points if k not in seen])
+            if asked is None:
+                break
+            trial, key = asked[0], params_key(asked[0].params)
+        seen.add(key)
+        ledger.run(points[key])
+        if ledger.spent > budget:
+            break
+        found.append(points[key])
+        if trial is not None:
+            study.tell(trial, [points[key].tps, points[key].accuracy])
+    return found
+
+
+def acceptance(spec: SweepSpec, points: dict[tuple, Point]):
+    """Each setting's Acceptance, measured here, and the seconds it took."""
+    from orchestrator.sweep.prompts import pair_prompts
+    from workloads.models import load_pair
+    from workloads.serving.acceptance import measure
+    from workloads.serving.config import ServingConfig
+    from workloads.tasks import get_task
+
+    task = get_task(spec.task.name, spec.task.data)
+    examples = task.examples(n=spec.task.limit, seed=spec.task.seed)
+    pair = spec.pairs[0]
+    texts = list(pair_prompts(spec, task, examples)[pair.name].values())
+    tokens = max(spec.dimension_values().get("max_new_tokens", [48]))
+    configs = {s: ServingConfig(*s, max_new_tokens=tokens) for s in starts(points)}
+    loaded = load_pair(pair.load_spec())
+    began = time.perf_counter()
+    measured = measure(loaded, texts, list(configs.values()))
+    return {s: measured[c] for s, c in configs.items()}, time.perf_counter() - began
+
+
+def multifidelity(points: dict[tuple, Point], profiles: dict, tolerance: float, error: float
+                  ) -> tuple[ServingSearch, list[Point], float, list[dict]]:
+    """The search run to its end on the grid's measurements: its state, the configurations it
+    timed, their engine-seconds, and each timing's prediction made before it (where the
+    search had one)."""
+    by = {(p.setting, p.concurrency): p for p in points.values()}
+    concurrencies = sorted({p.concurrency for p in points.values()})
+    search = ServingSearch({s: (a.step_gain, a.width) for s, a in profiles.items()}, concurrencies,
+                           tolerance, error)
+    ledger, timed, predictions = Ledger(points), [], []
+    while (step := search.next()) is not None:
+        setting, where = step
+        for c in where:
+            point = by[setting, c]
+            before = search.predicted(setting, c)
+            if before is not None:
+                predictions.append({"setting": setting, "concurrency": c, "predicted": before,
+                                    "measured": point.tps})
+            ledger.run(point)
+            timed.append(point)
+            search.tell(setting, c, point.tps, point.ratio)
+    return search, timed, ledger.spent, predictions
+
+
+def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency: int,
+                    pick: Point | None = None) -> dict:
+    """The pick's gap (default: the fastest found) to the grid's fastest at `concurrency`,
+    the hypervolume fraction and recall of the frontier on (tokens/s, accuracy) there."""
+    here = [p for p in points.values() if p.concurrency == concurrency]
+    mine = [p for p in found if p.concurrency == concurrency]
+    values = [(p.tps, p.accuracy) for p in here]
+    reference = (0.0, 0.0)  # both are >= 0; the worst observed reads 0 where every accuracy is equal
+    full = hypervolume(values, ("max", "max"), reference) or 1.0
+    front = {here[i] for i in pareto_front(values, ("max", "max"))}
+    best = max(p.tps for p in here)
+    return {"concurrency": concurrency,
+            "pick_gap": (pick.tps if pick else max((p.tps for p in mine), default=0.0)) / best - 1,
+            "hypervolume_fraction": hypervolume([(p.tps, p.accuracy) for p in mine], ("max", "max"),
+                                                reference) / full,
+            "recall": len(front & set(mine)) / len(front)}
+
+
+def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TOLERANCE,
+                       error: float = ERROR) -> tuple[list[dict], list[dict]]:
+    """Rows (strategy, racing, budget, concurrency, cost_fraction, pick_gap,
+    hypervolume_fraction, recall; means over seeds for the samplers at each budget share)
+    and the multi-fidelity search's predictions against the grid's measurements."""
+    spec, points = serving_grid(root, sweep)
+    full = Ledger(points)
+    for p in sorted(points.values(), key=lambda p: (p.setting, p.concurrency)):
+        full.run(p)
+    grid_cost = full.spent
+    concurrencies = sorted({p.concurrency for p in points.values()})
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rows = []
+    for strategy in SAMPLERS:
+        for share in BUDGETS:
+            runs = [sampled(spec, points, strategy, s, share * grid_cost) for s in range(seeds)]
+            for c in concurrencies:
+                cells = [per_concurrency(points, found, c) for found in runs]
+                rows.append({"strategy": strategy, "racing": False, "budget": share, "concurrency": c,
+                             "cost_fraction": share,
+                             **{k: statistics.mean(cell[k] for cell in cells)
+                                for k in ("pick_gap", "hypervolume_fraction", "recall")}})
+    profiles, profile_s = acceptance(spec, points)
+    search, timed, spent, predictions = multifidelity(points, profiles, tolerance, error)
+    # the control is measured beside every timing: no speculation is known wherever one ran
+    by = {(p.setting, p.concurrency): p for p in points.values()}
+    found = timed + [by[("none", 0), c] for c in concurrencies if any(p.concurrency == c for p in timed)]
+    for c in concurrencies:
+        rows.append({"strategy": "multifidelity", "racing": True, "budget": None,
+                     "cost_fraction": (spent + profile_s) / grid_cost,
+                     "profile_fraction": profile_s / grid_cost,
+                     "timed": [f"{p.method} {p.drafts}" for p in timed if p.concurrency == c],
+                     "pick": "{} {}".format(*search.picks()[c]),
+                     **per_concurrency(points, found, c, by[search.picks()[c], c])})
+    return rows, predictions
+
+
+def serving_table(rows: list[dict], predictions: list[dict], sweep: str, seeds: int) -> list[str]:
+    """The lines `specsweep bench search --serving` prints."""
+    lines = [f"replaying {sweep} (vLLM grid); cost = share of the grid's engine-seconds (server starts "
+             f"included); per concurrency: the pick's tokens/s against the grid's fastest there, "
+             f"hypervolume and recall on (tokens/s, accuracy); samplers: means over {seeds} seeds",
+             f"{'strategy':<13} {'budget':>6} {'conc':>4} {'cost':>6} {'pick gap':>8} {'hypervolume':>11} "
+             f"{'recall':>6}  timed"]
+    for r in rows:
+        budget = "to end" if r["budget"] is None else f"{r['budget']:.0%}"
+        timed = f"  {', '.join(r['timed'])} -> {r['pick']}" if "timed" in r else ""
+        lines.append(f"{r['strategy']:<13} {budget:>6} {r['concurrency']:>4} {r['cost_fraction']:>6.3f} "
+                     f"{r['pick_gap']:>+8.1%} {r['hypervolume_fraction']:>11.3f} {r['recall']:>6.3f}{timed}")
+    mf = next(r for r in rows if r["strategy"] == "multifidelity")
+    lines.append(f"multifidelity: acceptance of every setting measured in {mf['profile_fraction']:.4f} "
+                 f"of the grid's engine-seconds")
+    for p in predictions:
+        lines.append(f"predicted before timing: {p['setting'][0]} {p['setting'][1]} at c={p['concurrency']}: "
+                     f"{p['predicted']:.0f} tok/s, measured {p['measured']:.0f} "
+                     f"({p['predicted'] / p['measured'] - 1:+.1%})")
+    return lines

@@ -1,0 +1,163 @@
+"""The multi-fidelity search of a vLLM sweep: every configuration's acceptance measured
+without serving, in specsweep's engine; vLLM timed only where a configuration can still
+win (analysis/servingsearch.py decides).
+
+Its grid points differ only in `method`, `num_speculative_tokens` and `concurrency`
+(sweep.spec checks). Steps, as sweep.fidelity's (requests the caller runs and `tell`s back):
+1. profile: one untimed batch over every prompt per distinct `acceptance.profile_config`
+   (a drafter setting's own configuration; greedy `ar` for none and ngram), its records
+   turned into each configuration's (`acceptance.served_record`);
+2. timing: per pair, the setting the search names, at the concurrencies where it can still
+   beat the pick by more than the tolerance, each a whole trial (its loads, repeats and
+   controls as the grid's), until none can.
+A configuration never timed is recorded with what was measured of it (accuracy, acceptance)
+and why it was not timed: the most tokens/s it could reach there against the pick's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.analysis.racing import value
+from orchestrator.analysis.servingsearch import ServingSearch
+from orchestrator.sweep.fidelity import PHASES, Request
+from orchestrator.sweep.outcome import trial_outcome
+from workloads.serving.acceptance import Acceptance, served_record
+from workloads.serving.config import ServingConfig
+
+SPEED = ("throughput_tps", "throughput_ratio")  # what the search predicts and maximises
+
+
+@dataclass
+class ServingFidelity:
+    """The state of one search over `configs` (grid key -> (pair, ServingConfig))."""
+
+    configs: dict[tuple, tuple[str, ServingConfig]]
+    profile_configs: dict[tuple, object]  # key -> its acceptance.profile_config
+    prompt_ids: Callable[[str, int], list[int]]  # (pair, prompt index) -> its token ids
+    total: int
+    tolerance: float
+    error: float
+    seed: int = 0
+    profiles: dict[tuple, list[dict]] = field(default_factory=dict)
+    timed: dict[tuple, list[dict]] = field(default_factory=dict)
+    stopped: dict[tuple, str] = field(default_factory=dict)
+    predicted_before: dict[tuple, float] = field(default_factory=dict)
+    spent: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    profile_s: dict[tuple, float] = field(default_factory=dict)
+    searches: dict[str, ServingSearch] = field(default_factory=dict)  # per pair, once profiled
+    over: bool = False
+
+    @property
+    def pairs(self) -> dict[tuple, str]:
+        return {k: pair for k, (pair, _) in self.configs.items()}
+
+    @staticmethod
+    def setting(config: ServingConfig) -> tuple[str, int]:
+        return config.method, config.num_speculative_tokens
+
+    def _keys(self, pair: str, setting: tuple[str, int], concurrency: int | None = None) -> list[tuple]:
+        return [k for k, (p, c) in self.configs.items() if p == pair and self.setting(c) == setting
+                and concurrency in (None, c.concurrency)]
+
+    def step(self) -> list[Request]:
+        """The next requests; [] when the search is over."""
+        if not self.profiles:
+            firsts: dict[tuple, tuple] = {}
+            for key in sorted(self.configs):
+                firsts.setdefault((self.configs[key][0], self.profile_configs[key]), key)
+            return [Request(key, False, 0, self.total, "profile", self.profile_configs[key])
+                    for key in firsts.values()]
+        if not self.searches:
+            self._start_searches()
+        requests = []
+        for pair, search in sorted(self.searches.items()):
+            chosen = search.next()
+            if chosen is None:
+                continue
+            setting, where = chosen
+            for c in where:
+                key = self._keys(pair, setting, c)[0]
+                before = search.predicted(setting, c)
+                if before is not None:
+                    self.predicted_before[key] = before
+                requests.append(Request(key, True, 0, self.total, "timing"))
+        if not requests and not self.over:
+            self.over = True
+            self._stop_untimed()
+        return requests
+
+    def _start_searches(self) -> None:
+        for pair in sorted({p for p, _ in self.configs.values()}):
+            keys = [k for k in self.configs if self.configs[k][0] == pair]
+            gains = {}
+            for key in keys:
+                accepted = Acceptance.of(self.profiles[key])
+                gains[self.setting(self.configs[key][1])] = (accepted.step_gain, accepted.width)
+            gains.setdefault(("none", 0), (1.0, 0.0))  # the control: measured beside every timing
+            concurrencies = sorted({self.configs[k][1].concurrency for k in keys})
+            self.searches[pair] = ServingSearch(gains, concurrencies, self.tolerance, self.error)
+
+    def _stop_untimed(self) -> None:
+        for key, (pair, config) in self.configs.items():
+            if key in self.timed:
+                continue
+            search = self.searches[pair]
+            c = config.concurrency
+            if config.method == "none":
+                measured = search.predicted(("none", 0), c)
+                self.stopped[key] = ("measured as the control beside every timing" if measured is None else
+                                     f"measured as the control beside every timing: {measured:.0f} tok/s")
+                continue
+            most = search.optimistic(self.setting(config), c)
+            self.stopped[key] = (f"not timed: at most {most:.2f}x the speed without speculation at "
+                                 f"concurrency {c}, the pick {search.best(c):.2f}x (tolerance "
+                                 f"{self.tolerance:.0%})")
+
+    def tell(self, request: Request, records: list[dict], seconds: float, results: list[dict]) -> None:
+        """A request's records (prompt order) and engine-seconds; a timing's raw shard
+        results give its tokens/s and ratio against its control."""
+        self.spent[request.phase] += seconds
+        if request.timed:
+            self.timed[request.key] = records
+            pair, config = self.configs[request.key]
+            metrics, _ = trial_outcome(results, None, self.seed)
+            self.searches[pair].tell(self.setting(config), config.concurrency, metrics["throughput_tps"],
+                                     metrics["throughput_ratio"])
+            return
+        pair = self.configs[request.key][0]
+        profile = self.profile_configs[request.key]
+        sharing = [k for k, (p, _) in self.configs.items()
+                   if p == pair and self.profile_configs[k] == profile]
+        for key in sharing:
+            config = self.configs[key][1]
+            self.profiles[key] = [served_record(config, r, self.prompt_ids(pair, r["index"]))
+                                  for r in records]
+            self.profile_s[key] = seconds / len(sharing)
+
+    def predicted(self, key: tuple, metric: str) -> float | None:
+        """`metric` of `key`: its speed from the cost lines of its method (where two widths
+        are timed at its concurrency), else what its profile measured (None if it cannot)."""
+        pair, config = self.configs[key]
+        if metric in SPEED:
+            search = self.searches.get(pair)
+            tps = None if search is None else search.predicted(self.setting(config), config.concurrency)
+            if tps is None or metric == "throughput_tps":
+                return tps
+            return tps / search.tps(1.0, config.concurrency)
+        records = self.profiles.get(key)
+        return value(records, metric) if records else None
+
+    def frontier(self) -> list[tuple]:
+        return sorted(self.timed)
+
+    def note(self, step: list[Request]) -> str:
+        """What a step does, for the progress line."""
+        if step[0].phase == "profile":
+            return (f"measuring acceptance of {len(self.configs)} configurations in {len(step)} "
+                    "untimed batches")
+        first = self.configs[step[0].key][1]
+        where = ", ".join(str(self.configs[r.key][1].concurrency) for r in step)
+        return (f"timing {first.method} {first.num_speculative_tokens} in vLLM at concurrency {where} "
+                f"({len(self.timed)} of {len(self.configs)} timed so far)")
