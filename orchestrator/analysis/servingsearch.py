@@ -121,3 +121,21 @@ class ServingSearch:
         """The setting with the largest measured ratio at each concurrency."""
         return {c: max((s for s, r in self.ratios.items() if c in r), key=lambda s: self.ratios[s][c])
                 for c in self.concurrencies if any(c in r for r in self.ratios.values())}
+
+
+def validate(timed: list[dict]) -> list[dict]:
+    """The step-cost model left out one configuration at a time: each timed configuration
+    ({method, drafts, concurrency, gain, width, ratio}) predicted from the line through the
+    others of its method at its concurrency (at least two widths), with its own g and W̄:
+    ratio = g / (1 + o + b·W̄). One row per configuration: predicted, measured, error."""
+    rows = []
+    for held in timed:
+        rest = [(t["width"], t["gain"] / t["ratio"] - 1) for t in timed if t is not held
+                and (t["method"], t["concurrency"]) == (held["method"], held["concurrency"])]
+        if held["method"] == "none" or len({w for w, _ in rest}) < 2:
+            continue
+        predicted = held["gain"] / (1 + least_cost(rest, held["width"], 0.0))
+        rows.append({"method": held["method"], "drafts": held["drafts"], "concurrency": held["concurrency"],
+                     "predicted": predicted, "measured": held["ratio"],
+                     "error": predicted / held["ratio"] - 1})
+    return rows

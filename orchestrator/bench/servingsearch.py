@@ -21,7 +21,7 @@ import optuna
 
 from orchestrator.analysis.frontier import hypervolume
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.servingsearch import ERROR, TOLERANCE, ServingSearch
+from orchestrator.analysis.servingsearch import ERROR, TOLERANCE, ServingSearch, validate
 from orchestrator.sweep.search import ask_untried, directions, make_sampler
 from orchestrator.sweep.space import params_key
 from orchestrator.sweep.spec import SweepSpec
@@ -47,6 +47,10 @@ class Point:
     def setting(self) -> tuple[str, int]:
         return self.method, self.drafts
 
+    def value(self, metric: str) -> float:
+        """An objective of the grid: throughput_tps, throughput_ratio or accuracy."""
+        return {"throughput_tps": self.tps, "throughput_ratio": self.ratio, "accuracy": self.accuracy}[metric]
+
 
 def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]:
     """A finished vLLM grid sweep's trials by params key; ValueError where it is not one."""
@@ -57,6 +61,10 @@ def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]
     spec, study = load_sweep(root, sweep)
     if spec.search.sampler != "grid":
         raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
+    other = [m for m in spec.objectives if m not in ("throughput_tps", "throughput_ratio", "accuracy")]
+    if other or "accuracy" not in spec.objectives or len(spec.objectives) != 2:
+        raise ValueError(f"--serving: replays a speed objective (throughput_tps or throughput_ratio) and "
+                         f"accuracy; {sweep} has {', '.join(spec.objectives)}")
     points = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         config, m = t.user_attrs["config"], t.user_attrs["metrics"]
@@ -105,9 +113,7 @@ def sampled(spec: SweepSpec, points: dict[tuple, Point], strategy: str, seed: in
     """The configurations a sampler (or the grid in a seeded order) measures within `budget`
     engine-seconds."""
     import random
-    import warnings
 
-    warnings.filterwarnings("ignore", message=".*sampled independently.*")  # GP on a conditional space
     ledger, found = Ledger(points), []
     keys = list(points)
     random.Random(seed).shuffle(keys)
@@ -129,7 +135,7 @@ def sampled(spec: SweepSpec, points: dict[tuple, Point], strategy: str, seed: in
             break
         found.append(points[key])
         if trial is not None:
-            study.tell(trial, [points[key].tps, points[key].accuracy])
+            study.tell(trial, [points[key].value(m) for m in spec.objectives])
     return found
 
 
@@ -177,20 +183,21 @@ def multifidelity(points: dict[tuple, Point], profiles: dict, tolerance: float, 
     return search, timed, ledger.spent, predictions
 
 
-def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency: int,
+def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency: int, speed: str,
                     pick: Point | None = None) -> dict:
-    """The pick's gap (default: the fastest found) to the grid's fastest at `concurrency`,
-    the hypervolume fraction and recall of the frontier on (tokens/s, accuracy) there."""
+    """At `concurrency`, on the grid's `speed` objective (tokens/s or ratio): the pick's gap
+    (default: the best found) to the grid's best, and the hypervolume fraction and recall of
+    the frontier on (speed, accuracy)."""
     here = [p for p in points.values() if p.concurrency == concurrency]
     mine = [p for p in found if p.concurrency == concurrency]
-    values = [(p.tps, p.accuracy) for p in here]
+    values = [(p.value(speed), p.accuracy) for p in here]
     reference = (0.0, 0.0)  # both are >= 0; the worst observed reads 0 where every accuracy is equal
     full = hypervolume(values, ("max", "max"), reference) or 1.0
     front = {here[i] for i in pareto_front(values, ("max", "max"))}
-    best = max(p.tps for p in here)
-    return {"concurrency": concurrency,
-            "pick_gap": (pick.tps if pick else max((p.tps for p in mine), default=0.0)) / best - 1,
-            "hypervolume_fraction": hypervolume([(p.tps, p.accuracy) for p in mine], ("max", "max"),
+    best = max(p.value(speed) for p in here)
+    chosen = pick.value(speed) if pick else max((p.value(speed) for p in mine), default=0.0)
+    return {"concurrency": concurrency, "pick_gap": chosen / best - 1,
+            "hypervolume_fraction": hypervolume([(p.value(speed), p.accuracy) for p in mine], ("max", "max"),
                                                 reference) / full,
             "recall": len(front & set(mine)) / len(front)}
 
@@ -198,21 +205,23 @@ def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency:
 def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TOLERANCE,
                        error: float = ERROR) -> tuple[list[dict], list[dict]]:
     """Rows (strategy, racing, budget, concurrency, cost_fraction, pick_gap,
-    hypervolume_fraction, recall; means over seeds for the samplers at each budget share)
-    and the multi-fidelity search's predictions against the grid's measurements."""
+    hypervolume_fraction, recall; means over seeds for the samplers at each budget share),
+    the multi-fidelity search's predictions against the grid's measurements, and the
+    step-cost model left out one configuration at a time over the whole grid (`validate`)."""
     spec, points = serving_grid(root, sweep)
+    speed = next(m for m in spec.objectives if m != "accuracy")
     full = Ledger(points)
     for p in sorted(points.values(), key=lambda p: (p.setting, p.concurrency)):
         full.run(p)
     grid_cost = full.spent
     concurrencies = sorted({p.concurrency for p in points.values()})
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # GP warns on every conditional ask
     rows = []
     for strategy in SAMPLERS:
         for share in BUDGETS:
             runs = [sampled(spec, points, strategy, s, share * grid_cost) for s in range(seeds)]
             for c in concurrencies:
-                cells = [per_concurrency(points, found, c) for found in runs]
+                cells = [per_concurrency(points, found, c, speed) for found in runs]
                 rows.append({"strategy": strategy, "racing": False, "budget": share, "concurrency": c,
                              "cost_fraction": share,
                              **{k: statistics.mean(cell[k] for cell in cells)
@@ -228,15 +237,19 @@ def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TO
                      "profile_fraction": profile_s / grid_cost,
                      "timed": [f"{p.method} {p.drafts}" for p in timed if p.concurrency == c],
                      "pick": "{} {}".format(*search.picks()[c]),
-                     **per_concurrency(points, found, c, by[search.picks()[c], c])})
-    return rows, predictions
+                     **per_concurrency(points, found, c, speed, by[search.picks()[c], c])})
+    timed = [{"method": p.method, "drafts": p.drafts, "concurrency": p.concurrency, "ratio": p.ratio,
+              "gain": profiles[p.setting].step_gain, "width": profiles[p.setting].width}
+             for p in points.values()]
+    return rows, predictions, validate(timed)
 
 
-def serving_table(rows: list[dict], predictions: list[dict], sweep: str, seeds: int) -> list[str]:
+def serving_table(rows: list[dict], predictions: list[dict], checked: list[dict], sweep: str,
+                  seeds: int) -> list[str]:
     """The lines `specsweep bench search --serving` prints."""
     lines = [f"replaying {sweep} (vLLM grid); cost = share of the grid's engine-seconds (server starts "
-             f"included); per concurrency: the pick's tokens/s against the grid's fastest there, "
-             f"hypervolume and recall on (tokens/s, accuracy); samplers: means over {seeds} seeds",
+             f"included); per concurrency, on the grid's speed objective: the pick against the grid's "
+             f"best there, hypervolume and recall on (speed, accuracy); samplers: means over {seeds} seeds",
              f"{'strategy':<13} {'budget':>6} {'conc':>4} {'cost':>6} {'pick gap':>8} {'hypervolume':>11} "
              f"{'recall':>6}  timed"]
     for r in rows:
@@ -251,4 +264,13 @@ def serving_table(rows: list[dict], predictions: list[dict], sweep: str, seeds: 
         lines.append(f"predicted before timing: {p['setting'][0]} {p['setting'][1]} at c={p['concurrency']}: "
                      f"{p['predicted']:.0f} tok/s, measured {p['measured']:.0f} "
                      f"({p['predicted'] / p['measured'] - 1:+.1%})")
+    lines.append("the step-cost model, each configuration left out (ratio predicted from its acceptance "
+                 "and its method's line there):")
+    for c in sorted({r["concurrency"] for r in checked}):
+        for method in sorted({r["method"] for r in checked if r["concurrency"] == c}):
+            here = sorted((r for r in checked if (r["concurrency"], r["method"]) == (c, method)),
+                          key=lambda r: r["drafts"])
+            cells = ", ".join(f"n={r['drafts']} {r['error']:+.1%}" for r in here)
+            worst = max(abs(r["error"]) for r in here)
+            lines.append(f"  c={c:<3} {method:<7} largest {worst:.1%}: {cells}")
     return lines

@@ -192,8 +192,8 @@ def search_bench(
     if serving:
         from orchestrator.bench.servingsearch import serving_strategies, serving_table
 
-        rows, predictions = serving_strategies(Path(root), sweep, seeds, tolerance)
-        _show(_json(rows) if as_json else serving_table(rows, predictions, sweep, seeds))
+        rows, predictions, checked = serving_strategies(Path(root), sweep, seeds, tolerance)
+        _show(_json(rows) if as_json else serving_table(rows, predictions, checked, sweep, seeds))
     elif racing:
         race = Racing(start=start, factor=factor)
         rows = search.race_strategies(Path(root), sweep, seeds, race)

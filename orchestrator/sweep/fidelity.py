@@ -171,15 +171,11 @@ class MultiFidelity:
         return [k for k in self.alive if len(self.timed.get(k, [])) >= self.total]
 
     def note(self, step: list[Request]) -> str:
-        return fidelity_note(self, step)
-
-
-def fidelity_note(search: MultiFidelity, step: list[Request]) -> str:
-    """What a step of the search does, for the progress line."""
-    left = len(search.alive)
-    first = step[0]
-    if first.phase == "profile":
-        return f"profiling {len(step)} candidates to {first.end} prompts, untimed"
-    if first.phase == "calibration":
-        return f"calibrating the cost model: timing {len(step)} configurations on {first.end} prompts"
-    return f"timing {len(step)} of {left} candidates left, to {max(r.end for r in step)} prompts"
+        """What a step of the search does, for the progress line."""
+        left = len(self.alive)
+        first = step[0]
+        if first.phase == "profile":
+            return f"profiling {len(step)} candidates to {first.end} prompts, untimed"
+        if first.phase == "calibration":
+            return f"calibrating the cost model: timing {len(step)} configurations on {first.end} prompts"
+        return f"timing {len(step)} of {left} candidates left, to {max(r.end for r in step)} prompts"

@@ -280,6 +280,8 @@ def _check_serving_fidelity(spec: SweepSpec, dims: dict) -> None:
     if not all(e.served for e in listed(dims)):
         raise SpecError(f"{where}: times one kind of engine; list vllm alone in space.engine, or sweep "
                         "specsweep's engine in another spec")
+    if spec.search.racing is not None:
+        raise SpecError(f"{where} on vLLM: times whole trials and never races; remove search.racing")
     varied = [k for k, v in dims.items() if len(v) > 1 and k not in SERVING_AXES]
     if varied:
         raise SpecError(f"{where} on vLLM: space.{varied[0]} must hold one value (it searches method, "
@@ -345,7 +347,7 @@ def _check_space(spec: SweepSpec) -> None:
                 raise SpecError(shorten(f"spec: space.{key}: {err}")) from None
             except TypeError:
                 raise SpecError(shorten(f"spec: space.{key}: bad value {value!r}")) from None
-    if spec.search.race() is not None:
+    if spec.search.race() is not None and not served_search:
         where = "search.racing" if spec.search.racing else "search.sampler: multifidelity"
         why = unsummed(spec.objectives)
         if why:

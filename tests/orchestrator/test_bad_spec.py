@@ -67,6 +67,11 @@ SPECS = {
          "space": {**SERVED, "temperature": [0, 1]}},
         "spec: search.sampler: multifidelity on vLLM: space.temperature must hold one value (it searches "
         "method, num_speculative_tokens and concurrency)"),
+    "a multi-fidelity search on vLLM that races": (
+        {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity", "racing": {}},
+         "space": SERVED},
+        "spec: search.sampler: multifidelity on vLLM: times whole trials and never races; remove "
+        "search.racing"),
     "a multi-fidelity search on vLLM sampled": (
         {"pairs": ["toy-dflash"], "search": {**GOOD["search"], "sampler": "multifidelity"},
          "space": {**SERVED, "temperature": [1]}},
