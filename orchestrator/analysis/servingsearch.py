@@ -72,6 +72,10 @@ class ServingSearch:
         if setting[0] != "none":
             self.costs.setdefault((setting[0], concurrency), []).append((width, gain / ratio - 1))
 
+    def fail(self, setting: Setting, concurrency: int) -> None:
+        """A timing that failed: the setting is done there, with a ratio no pick takes."""
+        self.ratios.setdefault(setting, {})[concurrency] = 0.0
+
     def tps(self, ratio: float, concurrency: int) -> float:
         """A ratio at `concurrency` in tokens/s: × the median control there."""
         return ratio * float(np.median(self.control[concurrency]))

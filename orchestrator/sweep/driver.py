@@ -214,7 +214,7 @@ class Driver:
             request = requests.pop(job.key)
             if job.error is not None:
                 errors[request.key] = job.error
-                search.stopped[request.key] = f"failed: {job.error}"
+                search.fail(request.key, job.error)
                 return
             results = list(job.results.values())
             records = in_order(shard_records(results), self.planner.indices)

@@ -170,6 +170,10 @@ class MultiFidelity:
         """The candidates left, once the search is over: all timed on every prompt."""
         return [k for k in self.alive if len(self.timed.get(k, [])) >= self.total]
 
+    def fail(self, key: tuple, why: str) -> None:
+        """A candidate whose decode failed leaves the search."""
+        self.stopped[key] = f"failed: {why}"
+
     def note(self, step: list[Request]) -> str:
         """What a step of the search does, for the progress line."""
         left = len(self.alive)

@@ -47,6 +47,7 @@ class ServingFidelity:
     spent: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     profile_s: dict[tuple, float] = field(default_factory=dict)
     searches: dict[str, ServingSearch] = field(default_factory=dict)  # per pair, once profiled
+    profiled: bool = False  # the profiles were asked for
     over: bool = False
 
     @property
@@ -63,7 +64,8 @@ class ServingFidelity:
 
     def step(self) -> list[Request]:
         """The next requests; [] when the search is over."""
-        if not self.profiles:
+        if not self.profiled:
+            self.profiled = True
             firsts: dict[tuple, tuple] = {}
             for key in sorted(self.configs):
                 firsts.setdefault((self.configs[key][0], self.profile_configs[key]), key)
@@ -90,7 +92,7 @@ class ServingFidelity:
 
     def _start_searches(self) -> None:
         for pair in sorted({p for p, _ in self.configs.values()}):
-            keys = [k for k in self.configs if self.configs[k][0] == pair]
+            keys = [k for k in self.configs if self.configs[k][0] == pair and k in self.profiles]
             gains = {}
             for key in keys:
                 accepted = Acceptance.of(self.profiles[key])
@@ -101,7 +103,7 @@ class ServingFidelity:
 
     def _stop_untimed(self) -> None:
         for key, (pair, config) in self.configs.items():
-            if key in self.timed:
+            if key in self.timed or key in self.stopped:
                 continue
             search = self.searches[pair]
             c = config.concurrency
@@ -115,6 +117,22 @@ class ServingFidelity:
                                  f"concurrency {c}, the pick {search.best(c):.2f}x (tolerance "
                                  f"{self.tolerance:.0%})")
 
+    def _sharing(self, key: tuple) -> list[tuple]:
+        """The configurations of `key`'s pair measured by the same profile as `key`."""
+        pair, profile = self.configs[key][0], self.profile_configs[key]
+        return [k for k, (p, _) in self.configs.items() if p == pair and self.profile_configs[k] == profile]
+
+    def fail(self, key: tuple, why: str) -> None:
+        """A request that failed: a profile's configurations leave the search, a timing's is
+        never timed again there, nor picked."""
+        pair, config = self.configs[key]
+        if pair not in self.searches:
+            for k in self._sharing(key):
+                self.stopped[k] = f"failed: {why}"
+            return
+        self.stopped[key] = f"failed: {why}"
+        self.searches[pair].fail(self.setting(config), config.concurrency)
+
     def tell(self, request: Request, records: list[dict], seconds: float, results: list[dict]) -> None:
         """A request's records (prompt order) and engine-seconds; a timing's raw shard
         results give its tokens/s and ratio against its control."""
@@ -127,9 +145,7 @@ class ServingFidelity:
                                      metrics["throughput_ratio"])
             return
         pair = self.configs[request.key][0]
-        profile = self.profile_configs[request.key]
-        sharing = [k for k, (p, _) in self.configs.items()
-                   if p == pair and self.profile_configs[k] == profile]
+        sharing = self._sharing(request.key)
         for key in sharing:
             config = self.configs[key][1]
             self.profiles[key] = [served_record(config, r, self.prompt_ids(pair, r["index"]))
