@@ -52,26 +52,23 @@ def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, Ser
     from workloads.serving.load import serve, switch, warm
     from workloads.serving.vllm import EngineSettings, VllmServer
 
-    def setting(config: ServingConfig) -> Setting:
-        return config.method, config.num_speculative_tokens
-
     servers: dict[Setting, VllmServer] = {}
     rows, last = [], None
     try:
         for c in sorted({c for chosen in picks.values() for c in chosen}):
             here = {name: chosen[c] for name, chosen in picks.items() if c in chosen}
-            settings = list(dict.fromkeys(setting(config) for config in here.values()))
+            settings = list(dict.fromkeys(config.setting for config in here.values()))
             walls: dict[Setting, list[float]] = {s: [] for s in settings}
             tokens: dict[Setting, int] = {}
             for s in settings:
                 if s not in servers:
                     servers[s] = VllmServer(EngineSettings.of(refs, next(x for x in here.values()
-                                                                          if setting(x) == s)))
+                                                                          if x.setting == s)))
                     servers[s].start()
             for turn in range(repeats):
                 order = settings if turn % 2 == 0 else settings[::-1]
                 for s in order:
-                    config = dataclasses.replace(next(x for x in here.values() if setting(x) == s),
+                    config = dataclasses.replace(next(x for x in here.values() if x.setting == s),
                                                  concurrency=c)
                     warm(servers[s], ids[0], config)
                     switch(last, servers[s])
@@ -82,7 +79,7 @@ def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, Ser
             tps = {s: tokens[s] / statistics.median(walls[s]) for s in settings}
             fastest = max(tps.values())
             for name, config in here.items():
-                s = setting(config)
+                s = config.setting
                 rows.append({"concurrency": c, "sweep": name, "method": s[0], "num_speculative_tokens": s[1],
                              "throughput_tps": tps[s], "gap": tps[s] / fastest - 1, "loads": repeats})
             if progress:

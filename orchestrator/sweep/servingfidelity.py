@@ -23,10 +23,9 @@ from orchestrator.analysis.racing import value
 from orchestrator.analysis.servingsearch import ServingSearch
 from orchestrator.sweep.fidelity import PHASES, Request
 from orchestrator.sweep.outcome import trial_outcome
+from orchestrator.sweep.servingspec import SPEED
 from workloads.serving.acceptance import Acceptance, served_record
 from workloads.serving.config import ServingConfig
-
-SPEED = ("throughput_tps", "throughput_ratio")  # what the search predicts and maximises
 
 
 @dataclass
@@ -54,13 +53,9 @@ class ServingFidelity:
     def pairs(self) -> dict[tuple, str]:
         return {k: pair for k, (pair, _) in self.configs.items()}
 
-    @staticmethod
-    def setting(config: ServingConfig) -> tuple[str, int]:
-        return config.method, config.num_speculative_tokens
-
-    def _keys(self, pair: str, setting: tuple[str, int], concurrency: int | None = None) -> list[tuple]:
-        return [k for k, (p, c) in self.configs.items() if p == pair and self.setting(c) == setting
-                and concurrency in (None, c.concurrency)]
+    def _key(self, pair: str, setting: tuple[str, int], concurrency: int) -> tuple:
+        return next(k for k, (p, c) in self.configs.items()
+                    if p == pair and c.setting == setting and c.concurrency == concurrency)
 
     def step(self) -> list[Request]:
         """The next requests; [] when the search is over."""
@@ -80,7 +75,7 @@ class ServingFidelity:
                 continue
             setting, where = chosen
             for c in where:
-                key = self._keys(pair, setting, c)[0]
+                key = self._key(pair, setting, c)
                 before = search.predicted(setting, c)
                 if before is not None:
                     self.predicted_before[key] = before
@@ -96,7 +91,7 @@ class ServingFidelity:
             gains = {}
             for key in keys:
                 accepted = Acceptance.of(self.profiles[key])
-                gains[self.setting(self.configs[key][1])] = (accepted.step_gain, accepted.width)
+                gains[self.configs[key][1].setting] = (accepted.step_gain, accepted.width)
             gains.setdefault(("none", 0), (1.0, 0.0))  # the control: measured beside every timing
             concurrencies = sorted({self.configs[k][1].concurrency for k in keys})
             self.searches[pair] = ServingSearch(gains, concurrencies, self.tolerance, self.error)
@@ -112,7 +107,7 @@ class ServingFidelity:
                 self.stopped[key] = ("measured as the control beside every timing" if measured is None else
                                      f"measured as the control beside every timing: {measured:.0f} tok/s")
                 continue
-            most = search.optimistic(self.setting(config), c)
+            most = search.optimistic(config.setting, c)
             self.stopped[key] = (f"not timed: at most {most:.2f}x the speed without speculation at "
                                  f"concurrency {c}, the pick {search.best(c):.2f}x (tolerance "
                                  f"{self.tolerance:.0%})")
@@ -131,7 +126,7 @@ class ServingFidelity:
                 self.stopped[k] = f"failed: {why}"
             return
         self.stopped[key] = f"failed: {why}"
-        self.searches[pair].fail(self.setting(config), config.concurrency)
+        self.searches[pair].fail(config.setting, config.concurrency)
 
     def tell(self, request: Request, records: list[dict], seconds: float, results: list[dict]) -> None:
         """A request's records (prompt order) and engine-seconds; a timing's raw shard
@@ -141,7 +136,7 @@ class ServingFidelity:
             self.timed[request.key] = records
             pair, config = self.configs[request.key]
             metrics, _ = trial_outcome(results, None, self.seed)
-            self.searches[pair].tell(self.setting(config), config.concurrency, metrics["throughput_tps"],
+            self.searches[pair].tell(config.setting, config.concurrency, metrics["throughput_tps"],
                                      metrics["throughput_ratio"])
             return
         pair = self.configs[request.key][0]
@@ -158,7 +153,7 @@ class ServingFidelity:
         pair, config = self.configs[key]
         if metric in SPEED:
             search = self.searches.get(pair)
-            tps = None if search is None else search.predicted(self.setting(config), config.concurrency)
+            tps = None if search is None else search.predicted(config.setting, config.concurrency)
             if tps is None or metric == "throughput_tps":
                 return tps
             return tps / search.tps(1.0, config.concurrency)

@@ -13,12 +13,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.analysis.metrics import NUMBER, TRIAL_METRICS, UNTIMED
+from orchestrator.analysis.metrics import NUMBER, TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
 from orchestrator.engines import DIMENSIONS as ENGINE_DIMENSIONS
 from orchestrator.engines import listed, space_error
 from orchestrator.engines.specsweep import LENIENCY, SAMPLING
 from orchestrator.errors import count_text, did_you_mean, shorten
+from orchestrator.sweep.servingspec import serving_search_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.models.pairspec import PairError, pair_kind
@@ -270,31 +271,6 @@ def _values(key: str, raw: Any) -> list:
     return values
 
 
-SERVING_AXES = ("engine", "method", "num_speculative_tokens", "concurrency")
-
-
-def _check_serving_fidelity(spec: SweepSpec, dims: dict) -> None:
-    """A multi-fidelity search on vLLM (sweep/servingfidelity.py) measures acceptance greedy,
-    once per setting, and maximises tokens/s at each concurrency."""
-    where = "spec: search.sampler: multifidelity"
-    if not all(e.served for e in listed(dims)):
-        raise SpecError(f"{where}: times one kind of engine; list vllm alone in space.engine, or sweep "
-                        "specsweep's engine in another spec")
-    if spec.search.racing is not None:
-        raise SpecError(f"{where} on vLLM: times whole trials and never races; remove search.racing")
-    varied = [k for k, v in dims.items() if len(v) > 1 and k not in SERVING_AXES]
-    if varied:
-        raise SpecError(f"{where} on vLLM: space.{varied[0]} must hold one value (it searches method, "
-                        "num_speculative_tokens and concurrency)")
-    if any(t != 0 for t in dims.get("temperature", [0])):
-        raise SpecError(f"{where} on vLLM: space.temperature must be 0 (acceptance is measured greedy)")
-    speed = [m for m in spec.objectives if m not in UNTIMED]
-    if len(speed) != 1 or (speed[0], spec.objectives[speed[0]]) not in (("throughput_ratio", "max"),
-                                                                       ("throughput_tps", "max")):
-        raise SpecError(f"{where} on vLLM: objectives: throughput_ratio (or throughput_tps): max, and "
-                        f"otherwise only metrics known without timing ({', '.join(UNTIMED)})")
-
-
 def _check_size(spec: SweepSpec, dims: dict[str, list]) -> None:
     """Refuse a space of more than MAX_GRID configurations, counted as the product of the
     dimension sizes (and the pairs) before any is enumerated: the grid sampler, a guided start
@@ -324,7 +300,9 @@ def _check_space(spec: SweepSpec) -> None:
             raise SpecError(f"spec: space.batch_size: {value!r} is not a whole number >= 1")
     served_search = spec.search.sampler == "multifidelity" and any(e.served for e in listed(dims))
     if served_search:
-        _check_serving_fidelity(spec, dims)  # it times whole trials: no racing
+        why = serving_search_error(spec, dims)  # it times whole trials: no racing
+        if why:
+            raise SpecError(why)
     why = space_error(dims, spec.search.race() is not None and not served_search)
     if why:
         raise SpecError(why)

@@ -77,6 +77,11 @@ class ServingConfig:
                             rule="lossless", temperature=self.temperature, max_new_tokens=self.max_new_tokens,
                             seed=self.seed, stop=self.stop)
 
+    @property
+    def setting(self) -> tuple[str, int]:
+        """(method, num_speculative_tokens): what a server is started with, beside the load."""
+        return self.method, self.num_speculative_tokens
+
     def unspeculative(self) -> ServingConfig:
         """The same load without speculation: the control a trial's speed is compared with."""
         return dataclasses.replace(self, method="none", num_speculative_tokens=0)
