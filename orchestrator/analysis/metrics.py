@@ -70,20 +70,54 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def serving_metrics(records: list[dict]) -> dict[str, float]:
+# per-request measurement of each SLO family: a limit on `ttft_p99_s` bounds every request's ttft_s
+SLO_FAMILIES = {"ttft": "ttft_s", "tpot": "tpot_s", "latency": "wall_s"}
+PERCENTILES = (50, 90, 99)
+SERVING_METRICS = ("ttft_s", "tpot_s", "request_tps", "request_throughput", "request_goodput",
+                   "slo_attainment", "slo_met",
+                   *(f"{f}_p{q}_s" for f in ("ttft", "tpot", "itl", "latency") for q in PERCENTILES))
+
+
+def meets(record: dict, slo: dict[str, float]) -> bool:
+    """Whether one request meets every SLO limit: for each `<family>_p<q>_s: limit`, its own
+    value of the family (ttft_s, tpot_s, or latency wall_s) <= limit; a request of one token
+    has no TPOT and meets a TPOT limit (vLLM's goodput rule)."""
+    for key, limit in slo.items():
+        value = record.get(SLO_FAMILIES[key.split("_p")[0]])
+        if value is not None and value > limit:
+            return False
+    return True
+
+
+def serving_metrics(records: list[dict], slo: dict[str, float] | None = None) -> dict[str, float]:
     """Of records served by a serving engine (they carry `ttft_s`): ttft_s = mean time to first
     token; tpot_s = mean time per output token after the first, (latency − TTFT) / (tokens −
-    1) over requests of two tokens or more; latency_p50_s / p90 / p99 = quantiles of the
-    requests' end-to-end latency (`wall_s`); request_tps = mean of tokens / latency."""
+    1) over requests of two tokens or more; request_tps = mean of tokens / latency;
+    ttft_p<q>_s, tpot_p<q>_s, latency_p<q>_s = the q-th percentiles (50, 90, 99) of the requests'
+    TTFT, TPOT and end-to-end latency (`wall_s`); itl_p<q>_s = those of every gap between
+    streamed chunks, pooled over requests; request_throughput = n / W, W = Σ the loads' wall
+    times. With an `slo` ({`<family>_p<q>_s`: limit}): slo_attainment = g / n and
+    request_goodput = g / W, g = the requests that meet every limit (`meets`); slo_met = 1
+    when every limited percentile of the load is within its limit, else 0."""
     if not records or not all("ttft_s" in r for r in records):
         return {}
     latency = [r["wall_s"] for r in records]
     tpot = [r["tpot_s"] for r in records if r.get("tpot_s") is not None]
+    gaps = [g for r in records for g in r.get("itl_s", [])]
+    wall = sum(u["wall_s"] for u in batches(records))
     out = {"ttft_s": sum(r["ttft_s"] for r in records) / len(records),
-           "request_tps": sum(r["new_tokens"] / r["wall_s"] for r in records) / len(records)}
+           "request_tps": sum(r["new_tokens"] / r["wall_s"] for r in records) / len(records),
+           "request_throughput": len(records) / wall}
     if tpot:
         out["tpot_s"] = sum(tpot) / len(tpot)
-    out.update({f"latency_p{q}_s": percentile(latency, q / 100) for q in (50, 90, 99)})
+    for family, values in (("ttft", [r["ttft_s"] for r in records]), ("tpot", tpot), ("itl", gaps),
+                           ("latency", latency)):
+        if values:
+            out.update({f"{family}_p{q}_s": percentile(values, q / 100) for q in PERCENTILES})
+    if slo:
+        good = sum(meets(r, slo) for r in records)
+        out.update(slo_attainment=good / len(records), request_goodput=good / wall,
+                   slo_met=float(all(out.get(key, 0.0) <= limit for key, limit in slo.items())))
     return out
 
 
@@ -106,13 +140,14 @@ def batches(records: list[dict]) -> list[dict]:
     return list(units.values())
 
 
-def trial_metrics(records: list[dict]) -> dict[str, float]:
+def trial_metrics(records: list[dict], slo: dict[str, float] | None = None) -> dict[str, float]:
     """accuracy = mean correct; latency_s = mean wall_s (a prompt's completion time);
     throughput_tps = Σnew_tokens/Σ batch wall; tokens_per_nfe = Σnew_tokens/Σnfe;
     time_per_nfe_s = Σ batch wall/Σ batch NFE; acceptance_rate = Σaccepted/Σdrafted;
     mean_accept_len = Σaccepted/Σiterations; overhead_frac = Σoverhead_s/Σwall_s. At batch
-    size 1 a batch is its prompt. Cost: prompt_decodes = n, decode_s = Σ batch wall. A
-    metric without a defined value (no drafts, no score) is left out."""
+    size 1 a batch is its prompt. Cost: prompt_decodes = n, decode_s = Σ batch wall. Served
+    records add `serving_metrics` (under `slo`). A metric without a defined value (no drafts,
+    no score) is left out."""
     n = len(records)
     wall = _sum(records, "wall_s")
     units = batches(records)
@@ -130,7 +165,7 @@ def trial_metrics(records: list[dict]) -> dict[str, float]:
     }
     if all(r.get("correct") is not None for r in records):
         values["accuracy"] = sum(r["correct"] for r in records) / n
-    values.update(serving_metrics(records))
+    values.update(serving_metrics(records, slo))
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -145,14 +145,18 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     # failed and marked interrupted (a journal cut between the two leaves the mark on a running trial)
     interrupted = sum(t.state == S.FAIL and bool(t.user_attrs.get("interrupted")) for t in trials)
     stopped = [t for t in trials if STOPPED in t.user_attrs]
-    lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} stopped by racing, "
+    vllm = spec.dimension_values().get("engine") == ["vllm"]
+    untimed = spec.search.sampler == "multifidelity" and vllm  # the search's, not racing's
+    lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} "
+                 f"{'not timed' if untimed else 'stopped by racing'}, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
                  f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; " + (
                      "target: every grid point (multi-fidelity search)"
                      if spec.search.sampler == "multifidelity" else f"target {spec.search.trials}"))
     lines += fidelity_lines(trials, list(spec.objectives)[0])
     cost = sweep_cost(study)
-    raced = f"; {cost['stopped_prompt_decodes']:.0f} of them on trials racing stopped" if stopped else ""
+    raced = (f"; {cost['stopped_prompt_decodes']:.0f} of them on trials racing stopped"
+             if stopped and not untimed else "")
     lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding, "
                  f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})")
     for (pair, kind, size), metrics in sorted(baselines(study).items()):

@@ -20,15 +20,12 @@ class Profiler:
     memoised, so replays with other seeds reuse what one decoded (and the seconds it took)."""
 
     def __init__(self, spec: SweepSpec, order: list[int]):
-        from orchestrator.sweep.prompts import pair_prompts
+        from orchestrator.sweep.prompts import spec_prompts
         from workloads.models import load_pair
-        from workloads.tasks import get_task
 
         self.spec, self.order = spec, order
-        self.task = get_task(spec.task.name, spec.task.data)
-        examples = self.task.examples(n=spec.task.limit, seed=spec.task.seed)
+        self.task, examples, self.prompts = spec_prompts(spec)
         self.examples = {e.index: e for e in examples}
-        self.prompts = pair_prompts(spec, self.task, examples)
         self.pairs = {p.name: load_pair(p.load_spec()) for p in spec.pairs}
         self.done: dict[tuple, tuple[list[dict], float]] = {}
 

@@ -141,16 +141,13 @@ def sampled(spec: SweepSpec, points: dict[tuple, Point], strategy: str, seed: in
 
 def acceptance(spec: SweepSpec, points: dict[tuple, Point]):
     """Each setting's Acceptance, measured here, and the seconds it took."""
-    from orchestrator.sweep.prompts import pair_prompts
+    from orchestrator.sweep.prompts import spec_prompts
     from workloads.models import load_pair
     from workloads.serving.acceptance import measure
     from workloads.serving.config import ServingConfig
-    from workloads.tasks import get_task
 
-    task = get_task(spec.task.name, spec.task.data)
-    examples = task.examples(n=spec.task.limit, seed=spec.task.seed)
     pair = spec.pairs[0]
-    texts = list(pair_prompts(spec, task, examples)[pair.name].values())
+    texts = list(spec_prompts(spec)[2][pair.name].values())
     tokens = max(spec.dimension_values().get("max_new_tokens", [48]))
     configs = {s: ServingConfig(*s, max_new_tokens=tokens) for s in starts(points)}
     loaded = load_pair(pair.load_spec())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from orchestrator.engines.engine import Choose, Config, Engine, Pick
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
-from workloads.serving.config import METHODS, ServingConfig
+from workloads.serving.config import METHODS, ServingConfig, ServingError
 from workloads.serving.vllm import vllm_python
 
 # what specsweep's engine runs that vLLM has no setting for: dimension -> refused when
@@ -23,7 +23,7 @@ class VllmEngine(Engine):
     name = "vllm"
     title = "vLLM"
     served = True
-    settings = ("method", "num_speculative_tokens", "concurrency")
+    settings = ("method", "num_speculative_tokens", "concurrency", "request_rate", "burstiness")
     controls = "vLLM without speculation"
     section = "vllm"
 
@@ -31,8 +31,8 @@ class VllmEngine(Engine):
         vllm_python()
 
     def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
-        """Known methods, whole numbers, num_speculative_tokens listed with a speculative
-        method, no racing; alone, none of specsweep's own settings (the first named)."""
+        """Known methods, whole numbers, rates and burstiness > 0, num_speculative_tokens listed
+        with a speculative method, no racing; alone, none of specsweep's own settings (the first named)."""
         methods = [m for m in dims.get("method", []) if m not in METHODS]
         if methods:
             return f"spec: space.method: {methods[0]!r} is not a vLLM method; known: {', '.join(METHODS)}"
@@ -40,6 +40,12 @@ class VllmEngine(Engine):
             for value in dims.get(key, []):
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                     return f"spec: space.{key}: {value!r} is not a whole number >= 1"
+        for key in ("request_rate", "burstiness"):
+            for value in dims.get(key, []):
+                try:
+                    ServingConfig(**{key: value})
+                except ServingError as err:
+                    return f"spec: space.{err}"
         speculative = set(dims.get("method", ["none"])) - {"none"}
         if speculative and "num_speculative_tokens" not in dims:
             return "spec: space.num_speculative_tokens: needed with a speculative method (e.g. [3, 7])"
@@ -64,7 +70,7 @@ class VllmEngine(Engine):
     def choose(self, dims: dict[str, list], kind: PairKind, pick: Pick, choose: Choose) -> tuple[Config, int]:
         """The method (those the pair's kind can be served with; `method|<kind>` when the list
         is cut), its drafts per verification, the concurrency (the candidate's batch size),
-        then temperature and max_new_tokens."""
+        then the request rate, burstiness, temperature and max_new_tokens."""
         listed = dims.get("method", ["none"])
         methods = [m for m in listed if m in kind.serving_methods] or ["none"]
         label = "method" if methods == listed else f"method|{kind.name}"
@@ -72,7 +78,7 @@ class VllmEngine(Engine):
         if settings["method"] != "none":
             settings["num_speculative_tokens"] = pick("num_speculative_tokens")
         settings["concurrency"] = pick("concurrency") if "concurrency" in dims else 1
-        for key in ("temperature", "max_new_tokens"):
+        for key in ("request_rate", "burstiness", "temperature", "max_new_tokens"):
             if key in dims:
                 settings[key] = pick(key)
         return ServingConfig(**settings), settings["concurrency"]

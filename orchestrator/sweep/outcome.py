@@ -21,13 +21,14 @@ def shard_records(results: list[dict]) -> list[dict]:
     return sorted((r for out in results for r in out["records"]), key=lambda r: r["index"])
 
 
-def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int) -> tuple[dict, dict | None]:
-    """(metrics, control) of a trial: its trial metrics; with the `ar` baseline's records,
-    the paired-bootstrap ratios and the ratios against the controls timed beside it; the
-    counts of control and warm-up decodes. `control` ({at, decodes, ms_per_token}) is None
+def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int,
+                  slo: dict[str, float] | None = None) -> tuple[dict, dict | None]:
+    """(metrics, control) of a trial: its trial metrics (goodput under `slo`); with the `ar`
+    baseline's records, the paired-bootstrap ratios and the ratios against the controls timed
+    beside it; the counts of control and warm-up decodes. `control` ({at, decodes, ms_per_token}) is None
     when no shard timed a control."""
     records = shard_records(results)
-    metrics = trial_metrics(records)
+    metrics = trial_metrics(records, slo)
     if "ttft_s" in metrics:  # served by a serving engine: compared with it unspeculative
         metrics.update(served_ratios([(out["records"], out.get("controls", [])) for out in results]))
     elif ar:

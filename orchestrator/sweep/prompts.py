@@ -11,6 +11,16 @@ from workloads.models.pairspec import PairError, check_drafts, max_positions
 from workloads.tasks.prompts import PromptFormat, format_prompt
 
 
+def spec_prompts(spec: SweepSpec) -> tuple[object, list, dict[str, dict[int, str]]]:
+    """A sweep's task, its examples (the spec's limit and seed) and each pair's prompts
+    (`pair_prompts`), as the sweep's workers decode them."""
+    from workloads.tasks import get_task
+
+    task = get_task(spec.task.name, spec.task.data)
+    examples = task.examples(n=spec.task.limit, seed=spec.task.seed)
+    return task, examples, pair_prompts(spec, task, examples)
+
+
 def pair_prompts(spec: SweepSpec, task, examples: list) -> dict[str, dict[int, str]]:
     """The prompt each pair decodes (and MLflow logs) per example index: the task's
     zero-shot prompt with the spec's shots, system prompt and the pair's chat template;

@@ -123,7 +123,7 @@ class Recorder:
             results = list(job.results.values())
             records = shard_records(results)
             ar = self.baselines[job.candidate.pair].get(("ar", job.candidate.batch_size))
-            metrics, control = trial_outcome(results, ar, self.spec.search.seed)
+            metrics, control = trial_outcome(results, ar, self.spec.search.seed, self.spec.serving.slo)
             self.decode_s += metrics["decode_s"]
             if control:
                 trial.set_user_attr("control", control)

@@ -5,12 +5,13 @@ without speculation, the control; a trial whose settings differ restarts the fir
 time goes into the shard's result, so the run logs it). A shard is served as one load at the
 trial's concurrency (after an untimed load the first time a server serves that concurrency:
 load.warm), then the same prompts as one load on the control server at the same concurrency,
-timed back to back with it (the honest-ratio rule of specsweep's `ar` controls), each once the
-other server has stopped polling (load.switch); with `serving.repeats` R, each side R times in
-the order A B B A A B ..., each side's median wall kept. Each record is one request (its TTFT, TPOT
-and latency); the shard is one batch, whose wall time is the load's. At concurrency 1 each
-request has its own spec-decode counters; above it the shard's counters go on its first
-record, so they sum over a trial as specsweep's do.
+timed back to back with it (the honest-ratio rule of specsweep's `ar` controls; under a request
+rate the control's requests arrive at the same seeded times), each once the other server has
+stopped polling (load.switch); with `serving.repeats` R, each side R times in the order A B B A
+A B ..., each side's median wall kept. Each record is one request (its TTFT, TPOT, ITL gaps and
+latency); the shard is one batch, whose wall time is the load's. Requests sent one after
+another (concurrency 1, no rate) have their own spec-decode counters; otherwise the shard's
+counters go on its first record, so they sum over a trial as specsweep's do.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
     served, wall = engines.serve(server, prompts, config)
     spent = server.counters() - before
     records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
-    if config.concurrency > 1:
+    if not config.one_at_a_time:
         for i, record in enumerate(records):
             own = i == 0  # the shard's counters on its first record, so they sum over the trial
             record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,

@@ -1,11 +1,58 @@
-"""What a spec must hold for the multi-fidelity search on vLLM (sweep/servingfidelity.py): it
-measures acceptance greedy, once per setting, and maximises one speed objective at each
-concurrency. Checked by sweep.spec, which turns the message into its one-line error."""
+"""A spec's serving section (ServingSpec), and what a spec must hold for serving metrics and for
+the multi-fidelity search on vLLM (sweep/servingfidelity.py: it measures acceptance greedy, once
+per setting, and maximises one speed objective at each concurrency). Checked by sweep.spec,
+which turns a message into its one-line error."""
 
 from __future__ import annotations
 
-from orchestrator.analysis.metrics import UNTIMED
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.analysis.metrics import PERCENTILES, SERVING_METRICS, SLO_FAMILIES, UNTIMED
 from orchestrator.engines import listed
+
+SLO_KEYS = tuple(f"{family}_p{q}_s" for family in SLO_FAMILIES for q in PERCENTILES)
+SLO_METRICS = ("request_goodput", "slo_attainment", "slo_met")  # measured against serving.slo
+
+
+class ServingSpec(BaseModel):
+    """How loads served by a serving engine (engine: vllm) are timed and judged."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # each trial's load and its control load, served this many times in the order A B B A A B
+    # ...; each side's median wall gives the ratio, so one disturbed load does not move it
+    repeats: int = Field(1, ge=1, le=9)
+    # service-level objectives, {`<ttft|tpot|latency>_p<50|90|99>_s`: seconds}: a request meets
+    # them when its own TTFT / TPOT / latency is within each limit (request_goodput counts those)
+    slo: dict[str, float] = {}
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: dict) -> dict:
+        for key, limit in v.items():
+            if key not in SLO_KEYS:
+                raise ValueError(f"{key!r} is not an SLO; known: {', '.join(SLO_KEYS)}")
+            if not math.isfinite(limit) or limit <= 0:
+                raise ValueError(f"{key}: {limit} is not a number of seconds > 0")
+        return v
+
+
+def serving_metrics_error(spec, dims: dict[str, list], named: list[str]) -> str | None:
+    """Why the metrics `named` by objectives and constraints, or the SLO, cannot be measured:
+    serving metrics and SLOs only where a serving engine measures them; goodput needs an SLO."""
+    served = any(e.served for e in listed(dims))
+    if not served and spec.serving.slo:
+        return "spec: serving.slo: needs a serving engine (space.engine: [vllm])"
+    for name in named:
+        if name in SERVING_METRICS and not served:
+            return f"spec: {name}: measured by a serving engine only; add vllm to space.engine"
+        if name in SLO_METRICS and not spec.serving.slo:
+            return (f"spec: {name}: counts requests within serving.slo; state one "
+                    "(e.g. slo: {ttft_p99_s: 0.5, tpot_p99_s: 0.05})")
+    return None
+
 
 AXES = ("engine", "method", "num_speculative_tokens", "concurrency")  # what the search varies
 SPEED = ("throughput_ratio", "throughput_tps")  # the objectives it maximises (and predicts)
@@ -19,6 +66,9 @@ def serving_search_error(spec, dims: dict) -> str | None:
                 "specsweep's engine in another spec")
     if spec.search.racing is not None:
         return f"{where} on vLLM: times whole trials and never races; remove search.racing"
+    if "request_rate" in dims:
+        return (f"{where} on vLLM: predicts loads at fixed concurrency; remove space.request_rate "
+                "(sweep rates on a grid, or find each setting's sustained rate with `specsweep sustain`)")
     varied = [k for k, v in dims.items() if len(v) > 1 and k not in AXES]
     if varied:
         return (f"{where} on vLLM: space.{varied[0]} must hold one value (it searches method, "

@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.analysis.metrics import NUMBER, TRIAL_METRICS
+from orchestrator.analysis.metrics import NUMBER, SERVING_METRICS, TRIAL_METRICS
 from orchestrator.analysis.racing import unsummed
 from orchestrator.engines import DIMENSIONS as ENGINE_DIMENSIONS
 from orchestrator.engines import listed, space_error
 from orchestrator.engines.specsweep import LENIENCY, SAMPLING
 from orchestrator.errors import count_text, did_you_mean, shorten
-from orchestrator.sweep.servingspec import serving_search_error
+from orchestrator.sweep.servingspec import ServingSpec, serving_metrics_error, serving_search_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.models.pairspec import PairError, pair_kind
@@ -31,7 +31,8 @@ from workloads.tasks import TASKS
 # engine and each engine's own settings: orchestrator.engines.
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size",
               *ENGINE_DIMENSIONS)
-_CONSTRAINT = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=)\s*({NUMBER})\s*$")
+METRICS = (*TRIAL_METRICS, *SERVING_METRICS)  # what objectives and constraints may name
+_CONSTRAINT = re.compile(rf"^\s*([a-z][a-z0-9_]*)\s*(>=|<=)\s*({NUMBER})\s*$")
 
 # What a spec may expand to, checked before anything is built; real sweeps stay far below
 # (the shipped ones: 17 values a dimension, 2,040 configurations at most); the file's own
@@ -154,14 +155,6 @@ class TrackingSpec(_Strict):
     experiment: str | None = None  # default: the sweep name
 
 
-class ServingSpec(_Strict):
-    """How loads served by a serving engine (engine: vllm) are timed."""
-
-    # each trial's load and its control load, served this many times in the order A B B A A B
-    # ...; each side's median wall gives the ratio, so one disturbed load does not move it
-    repeats: int = Field(1, ge=1, le=9)
-
-
 class ClusterSpec(_Strict):
     address: str = "local"
     # Worker slots (actors). "auto": every slot of the cluster, i.e. all GPUs (or all units of a
@@ -210,8 +203,8 @@ class SweepSpec(_Strict):
         if not 2 <= len(v) <= 3:
             raise ValueError(f"give 2 or 3 objectives; got {len(v)}")
         for name in v:
-            if name not in TRIAL_METRICS:
-                raise ValueError(f"unknown metric {name!r}; known: {', '.join(TRIAL_METRICS)}")
+            if name not in METRICS:
+                raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
         return v
 
     @field_validator("constraints")
@@ -219,10 +212,10 @@ class SweepSpec(_Strict):
     def _constraints(cls, v: list[str]) -> list[str]:
         for c in v:
             m = _CONSTRAINT.match(c)
-            if not m or m.group(1) not in TRIAL_METRICS:
+            if not m or m.group(1) not in METRICS:
                 raise ValueError(
                     f"{c!r}: expected '<metric> >= <number>' or '<=' with a metric of "
-                    f"{', '.join(TRIAL_METRICS)}"
+                    f"{', '.join(METRICS)}"
                 )
             if not math.isfinite(float(m.group(3))):
                 raise ValueError(f"{c!r}: {m.group(3)} is not a finite number")
@@ -332,6 +325,10 @@ def _check_space(spec: SweepSpec) -> None:
             raise SpecError(f"spec: {where}: {why}")
         if any(b != 1 for b in dims.get("batch_size", [1])):
             raise SpecError(f"spec: {where}: races at batch size 1 only (space.batch_size)")
+    named = [*spec.objectives, *(m for m, _, _ in constraint_terms(spec.constraints))]
+    why = serving_metrics_error(spec, dims, named)
+    if why:
+        raise SpecError(why)
     if spec.search.fidelity is not None and spec.search.sampler != "multifidelity":
         raise SpecError("spec: search.fidelity: applies to sampler multifidelity only")
     kinds = list(spec.pair_kinds.values())
@@ -350,7 +347,7 @@ def _first(err: ValidationError) -> str:
     e = err.errors()[0]
     where = ".".join(str(p) for p in e["loc"])
     hint = did_you_mean(str(e["loc"][-1]), _field_names(SweepSpec)) if e["type"] == "extra_forbidden" else ""
-    return (f"{where}: {e['msg']}" if where else e["msg"]) + hint
+    return (f"{where}: {e['msg'].removeprefix('Value error, ')}" if where else e["msg"]) + hint
 
 
 def _field_names(model: type[BaseModel]) -> set[str]:

@@ -20,6 +20,11 @@ from workloads.serving.ngram import PROMPT_LOOKUP
 METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
 
 
+def _positive(value) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
+
+
 class ServingError(ValueError):
     """An invalid serving configuration, or an engine that cannot serve it; names the field."""
 
@@ -30,7 +35,9 @@ class ServingConfig:
     num_speculative_tokens: int = 0  # drafts per verification (0 under method none)
     temperature: float = 0.0
     max_new_tokens: int = 64
-    concurrency: int = 1  # requests in flight
+    concurrency: int = 1  # requests in flight (the bound on them under a request rate)
+    request_rate: float | None = None  # requests/s arriving; None: all at once (fixed concurrency)
+    burstiness: float = 1.0  # shape of the gamma inter-arrival law: 1 Poisson, < 1 burstier
     seed: int = 0
     stop: tuple[str, ...] = field(default_factory=tuple)
     engine: ClassVar[str] = "vllm"
@@ -50,6 +57,10 @@ class ServingConfig:
         for name in ("max_new_tokens", "concurrency"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ServingError(f"{name}: must be an integer >= 1; got {getattr(self, name)!r}")
+        for name in ("request_rate", "burstiness"):
+            value = getattr(self, name)
+            if (value is not None or name == "burstiness") and not _positive(value):
+                raise ServingError(f"{name}: must be a finite number > 0; got {value!r}")
 
     def speculative_config(self, drafter: str | None) -> dict | None:
         """vLLM's `speculative_config` for this method over `drafter` (a path or hub id; ngram
@@ -81,6 +92,12 @@ class ServingConfig:
     def setting(self) -> tuple[str, int]:
         """(method, num_speculative_tokens): what a server is started with, beside the load."""
         return self.method, self.num_speculative_tokens
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """Whether requests go one after another (concurrency 1, no rate): then each has its
+        own spec-decode counters."""
+        return self.concurrency == 1 and self.request_rate is None
 
     def unspeculative(self) -> ServingConfig:
         """The same load without speculation: the control a trial's speed is compared with."""

@@ -1,15 +1,19 @@
 """Load on a serving engine as `vllm bench serve` drives it: every prompt a streamed completion,
-`concurrency` requests in flight, each timed at the client from its request to its first
-token (TTFT) and to its last (end-to-end latency)."""
+either all at once with `concurrency` requests in flight, or arriving at `request_rate` (gamma
+inter-arrival times of shape `burstiness`, Poisson at 1) with at most `concurrency` in flight;
+each timed at the client from its request to its first token (TTFT), between the chunks it
+streams (ITL) and to its last (end-to-end latency)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import requests
 
 from workloads.serving.config import ServingConfig, ServingError
@@ -19,14 +23,16 @@ from workloads.serving.vllm import Counters, VllmServer
 @dataclass(frozen=True)
 class Served:
     """One request: the tokens it streamed back (stop and special tokens included), their
-    text, its time to first token and end-to-end latency, why it ended, and, when requests
-    went one at a time, its own spec-decode counters."""
+    text, its time to first token and end-to-end latency, why it ended, the gaps between the
+    chunks it streamed after the first (a chunk holds every token one step accepted), and,
+    when requests went one at a time, its own spec-decode counters."""
 
     token_ids: list[int]
     text: str
     ttft_s: float
     wall_s: float
     finish_reason: str
+    itl_s: list[float] = field(default_factory=list)
     counters: Counters | None = None
 
     @property
@@ -39,7 +45,8 @@ class Served:
         """Its measurements under the names of specsweep's records (DESIGN.md); the counters
         where the request had its own."""
         out = {"text": self.text, "token_ids": self.token_ids, "new_tokens": len(self.token_ids),
-               "wall_s": self.wall_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "exact": True,
+               "wall_s": self.wall_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "itl_s": self.itl_s,
+               "exact": True,
                "stop_reason": "length" if self.finish_reason == "length" else "stop"}
         if self.counters is not None:
             out.update(iterations=self.counters.iterations, drafted=self.counters.drafted,
@@ -52,8 +59,8 @@ def _stream(server: VllmServer, prompt: list[int], config: ServingConfig) -> Ser
             "temperature": config.temperature, "seed": config.seed, "stop": list(config.stop),
             "stream": True, "return_token_ids": True, "skip_special_tokens": False}
     tokens: list[int] = []
-    text, finish, first = [], "length", None
-    began = time.perf_counter()
+    text, finish, first, gaps = [], "length", None, []
+    began = last = time.perf_counter()
     with requests.post(f"{server.url}/v1/completions", json=body, stream=True, timeout=600) as response:
         if response.status_code != 200:
             raise ServingError(f"engine: vllm refused a request ({response.status_code}): "
@@ -62,21 +69,55 @@ def _stream(server: VllmServer, prompt: list[int], config: ServingConfig) -> Ser
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             for choice in json.loads(line[6:])["choices"]:
-                if choice.get("token_ids") and first is None:
-                    first = time.perf_counter() - began
+                if choice.get("token_ids"):
+                    now = time.perf_counter()
+                    if first is None:
+                        first = now - began
+                    else:
+                        gaps.append(now - last)
+                    last = now
                 tokens += choice.get("token_ids") or []
                 text.append(choice.get("text") or "")
                 finish = choice.get("finish_reason") or finish
     wall = time.perf_counter() - began
-    return Served(tokens, "".join(text), wall if first is None else first, wall, finish)
+    return Served(tokens, "".join(text), wall if first is None else first, wall, finish, gaps)
+
+
+def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """Seconds from the load's start at which each of `count` requests is sent: the first at
+    0, then gaps drawn from Gamma(shape = b, scale = 1 / (rate · b)), whose mean is 1 / rate
+    and whose coefficient of variation is 1 / √b (b = 1: exponential gaps, a Poisson process)."""
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (rate * burstiness), size=max(count - 1, 0))
+    return [0.0, *np.cumsum(gaps).tolist()][:count]
+
+
+def _at_rate(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> list[Served]:
+    """Each prompt sent at its arrival time (`arrivals`), held while `concurrency` requests
+    are in flight; a request's TTFT and latency count from when it was sent."""
+    slots = threading.BoundedSemaphore(config.concurrency)
+    began = time.perf_counter()
+
+    def one(prompt: list[int], at: float) -> Served:
+        time.sleep(max(0.0, began + at - time.perf_counter()))
+        with slots:
+            return _stream(server, prompt, config)
+
+    times = arrivals(len(prompts), config.request_rate, config.burstiness, config.seed)
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        return list(pool.map(one, prompts, times))
 
 
 def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> tuple[list[Served], float]:
-    """Each prompt (token ids) served, in order, with `config.concurrency` requests in flight;
-    and the wall time of the load. At concurrency 1 each request also carries its own
-    spec-decode counters, read between requests, so the load's wall time is the sum of the
-    requests' latencies (the reads are not load)."""
-    if config.concurrency == 1:
+    """Each prompt (token ids) served, in order, with `config.concurrency` requests in flight
+    (arriving at `config.request_rate` when it is set); and the wall time of the load. At
+    concurrency 1 without a rate each request also carries its own spec-decode counters, read
+    between requests, so the load's wall time is the sum of the requests' latencies (the
+    reads are not load)."""
+    if config.request_rate is not None:
+        began = time.perf_counter()
+        served = _at_rate(server, prompts, config)
+        return served, time.perf_counter() - began
+    if config.one_at_a_time:
         served = []
         for prompt in prompts:
             before = server.counters()
@@ -105,5 +146,5 @@ def warm(server: VllmServer, prompt: list[int], config: ServingConfig) -> None:
     requests in flight (at least two requests): the first batches of a shape pay one-time
     costs (allocation, kernel selection) no later load pays."""
     if config.concurrency not in server.warmed:
-        serve(server, [prompt] * max(2, config.concurrency), config)
+        serve(server, [prompt] * max(2, config.concurrency), dataclasses.replace(config, request_rate=None))
         server.warmed.add(config.concurrency)

@@ -210,3 +210,29 @@ def test_acceptance_by_position_agrees_with_the_trial_metrics():
 def test_trials_that_verify_no_draft_have_no_acceptance_by_position():
     assert acceptance_by_position([record(0, 1.0, 10, accept_lengths=[])]) == {}  # ar, diffusion
     assert acceptance_by_position([record(0, 1.0, 10)]) == {}  # a record cached before accept_lengths
+
+
+def served(i, ttft, wall, tokens, gaps=(), load_wall=2.0):
+    """A request of one load (batch 0) served in `load_wall` seconds."""
+    return dict(index=i, batch=0, batch_wall_s=load_wall, wall_s=wall, ttft_s=ttft, new_tokens=tokens,
+                tpot_s=(wall - ttft) / (tokens - 1) if tokens > 1 else None, itl_s=list(gaps))
+
+
+def test_serving_percentiles_throughput_and_goodput_follow_their_formulas():
+    """Four requests in a 2 s load; an SLO of TTFT 0.3 s and TPOT 0.1 s: request 2 is late to its
+    first token, request 3 too slow per token, request 4 has one token (no TPOT, so it meets it)."""
+    from orchestrator.analysis.metrics import percentile, serving_metrics
+
+    rs = [served(0, 0.1, 1.0, 11, gaps=(0.4, 0.5)), served(1, 0.5, 1.0, 6, gaps=(0.5,)),
+          served(2, 0.2, 1.7, 6, gaps=(1.5,)), served(3, 0.25, 0.25, 1)]
+    slo = {"ttft_p99_s": 0.3, "tpot_p90_s": 0.1}
+    m = serving_metrics(rs, slo)
+    assert m["request_throughput"] == pytest.approx(4 / 2.0)
+    assert m["ttft_p50_s"] == pytest.approx(percentile([0.1, 0.5, 0.2, 0.25], 0.5))
+    assert m["tpot_p99_s"] == pytest.approx(percentile([0.09, 0.1, 0.3], 0.99))
+    assert m["itl_p90_s"] == pytest.approx(percentile([0.4, 0.5, 0.5, 1.5], 0.9))
+    assert m["latency_p99_s"] == pytest.approx(percentile([1.0, 1.0, 1.7, 0.25], 0.99))
+    assert m["slo_attainment"] == pytest.approx(2 / 4) and m["request_goodput"] == pytest.approx(2 / 2.0)
+    assert m["slo_met"] == 0.0  # p99 TTFT 0.49 s > 0.3 s
+    assert serving_metrics(rs, {"latency_p99_s": 2.0})["slo_met"] == 1.0
+    assert "request_goodput" not in serving_metrics(rs) and trial_metrics(rs, slo)["request_goodput"] == 1.0

@@ -55,11 +55,41 @@ def test_both_engines_side_by_side():
                                        "(toy-dflash serves none, ngram, dflash)"),
     ({**SERVED, "method": ["none", "draft_model"]}, "spec: space.method: no pair of this sweep can be served "
                                                     "with draft_model"),
+    ({**SERVED, "request_rate": [2, 0]}, "spec: space.request_rate: must be a finite number > 0; got 0"),
+    ({**SERVED, "burstiness": ["bursty"]}, "spec: space.burstiness: must be a finite number > 0"),
+    ({"steps": [1], "request_rate": [4]}, "spec: space.request_rate: a vLLM setting; add vllm"),
 ])
 def test_what_vllm_has_no_setting_for_is_refused_in_one_line(space, starts):
     with pytest.raises(SpecError) as err:
         spec(space)
     assert str(err.value).startswith(starts) and "\n" not in str(err.value)
+
+
+def test_request_rates_are_an_axis_of_serving_trials():
+    found = candidates(spec({**SERVED, "method": ["dflash"], "request_rate": [2.0, 8], "burstiness": [0.5]}))
+    assert {(c.config.request_rate, c.config.concurrency) for c in found} == {
+        (r, c) for r in (2.0, 8) for c in (1, 4)}
+    assert {c.config.burstiness for c in found} == {0.5}
+
+
+@pytest.mark.parametrize(("extra", "starts"), [
+    ({"serving": {"slo": {"ttft_p99_s": 0.5, "tpot_p95_s": 0.1}}}, "spec: serving.slo: 'tpot_p95_s' is not an SLO"),
+    ({"serving": {"slo": {"ttft_p99_s": -1}}}, "spec: serving.slo: ttft_p99_s: -1.0 is not a number of seconds"),
+    ({"constraints": ["request_goodput >= 2"]}, "spec: request_goodput: counts requests within serving.slo"),
+])
+def test_slos_are_named_keys_with_positive_limits(extra, starts):
+    with pytest.raises(SpecError) as err:
+        spec(SERVED, **extra)
+    assert str(err.value).startswith(starts) and "\n" not in str(err.value)
+
+
+def test_serving_metrics_and_slos_need_a_serving_engine():
+    with pytest.raises(SpecError, match="^spec: serving.slo: needs a serving engine"):
+        spec({"steps": [1, 2]}, serving={"slo": {"ttft_p99_s": 1}})
+    with pytest.raises(SpecError, match="^spec: ttft_p99_s: measured by a serving engine only"):
+        spec({"steps": [1, 2]}, constraints=["ttft_p99_s <= 1"])
+    slo = spec(SERVED, serving={"slo": {"ttft_p99_s": 0.5}}, constraints=["tpot_p99_s <= 0.1"])
+    assert slo.serving.slo == {"ttft_p99_s": 0.5}
 
 
 def test_racing_stays_in_specsweeps_engine():

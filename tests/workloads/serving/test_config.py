@@ -34,7 +34,19 @@ def test_speculative_config_per_method():
     ({"num_speculative_tokens": 3}, "num_speculative_tokens: .* 0 under method none"),
     ({"temperature": float("nan")}, "temperature: must be a finite number >= 0"),
     ({"concurrency": 0}, "concurrency: must be an integer >= 1"),
+    ({"request_rate": 0}, "request_rate: must be a finite number > 0; got 0"),
+    ({"request_rate": float("inf")}, "request_rate: must be a finite number > 0"),
+    ({"burstiness": -1.0}, "burstiness: must be a finite number > 0; got -1.0"),
+    ({"burstiness": None}, "burstiness: must be a finite number > 0; got None"),
 ])
 def test_bad_settings_name_their_field(settings, starts):
     with pytest.raises(ServingError, match=f"^{starts}"):
         ServingConfig(**settings)
+
+
+def test_a_rate_load_keeps_its_settings_through_a_record_and_its_control():
+    config = ServingConfig(method="dflash", num_speculative_tokens=3, concurrency=8, request_rate=4.0,
+                           burstiness=0.5)
+    assert ServingConfig.from_dict(config.to_dict()) == config
+    assert config.unspeculative().request_rate == 4.0 and config.unspeculative().burstiness == 0.5
+    assert ServingConfig().one_at_a_time and not ServingConfig(request_rate=1.0).one_at_a_time

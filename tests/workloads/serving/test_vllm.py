@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import pytest
+
 from tests.needs_vllm import needs_vllm
 from tests.workloads.serving.engines import DFLASH
 from workloads.serving.load import serve
@@ -22,3 +24,20 @@ def test_requests_in_flight_keep_each_ones_tokens(dflash_server, arith):
     together, wall = serve(dflash_server, ids, dataclasses.replace(DFLASH, concurrency=4))
     assert [s.token_ids for s in together] == [s.token_ids for s in alone]
     assert all(s.counters is None and 0 < s.ttft_s <= s.wall_s <= wall for s in together)
+
+
+def test_a_rate_load_sends_requests_at_their_arrival_times_within_the_bound(dflash_server, arith):
+    """At 4 requests/s with at most 2 in flight, 8 requests take at least their last arrival
+    (seeded) and keep the tokens of the load served one by one; every request streamed its
+    ITL gaps, which sum to its latency after the first token."""
+    from workloads.serving.load import arrivals
+
+    _, _, ids = arith
+    alone, _ = serve(dflash_server, ids, DFLASH)
+    rate = dataclasses.replace(DFLASH, concurrency=2, request_rate=4.0)
+    served, wall = serve(dflash_server, ids, rate)
+    assert [s.token_ids for s in served] == [s.token_ids for s in alone]
+    assert wall >= arrivals(len(ids), 4.0, 1.0, DFLASH.seed)[-1]
+    for s in served:
+        assert s.counters is None and s.itl_s and all(g >= 0 for g in s.itl_s)
+        assert sum(s.itl_s) == pytest.approx(s.wall_s - s.ttft_s, abs=0.05)
