@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from orchestrator.commands import bench, conform, decode, model, sweep, tasks, toy
+from orchestrator.commands import bench, conform, decode, model, sustain, sweep, tasks, toy
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -26,6 +26,7 @@ app.command("status")(sweep.status)
 app.command("frontier")(sweep.frontier_cmd)
 app.command("export")(sweep.export)
 app.command("conform")(conform.conform)
+app.command("sustain")(sustain.sustain)
 
 
 def main() -> None:

@@ -43,6 +43,22 @@ def batch_size(trial) -> int:
     return int(trial.user_attrs.get("batch_size", 1))
 
 
+def load(trial) -> tuple[int, float | None]:
+    """The load a trial was measured under: (batch size or concurrency, request rate or None).
+    Speeds under different loads are not comparable, so each load has its own frontier."""
+    return batch_size(trial), trial.user_attrs.get("config", {}).get("request_rate")
+
+
+def row_load(row: dict) -> tuple[int, float | None]:
+    """`load` of a frontier row."""
+    return row.get("batch_size", 1), row.get("request_rate")
+
+
+def load_order(key: tuple[int, float | None]) -> tuple[int, float]:
+    """Sort key of a load: by size, then rate (all at once, no rate, first)."""
+    return key[0], key[1] or 0.0
+
+
 RECORDS = "prompts.jsonl"  # a trial run's artifact: one JSON record per prompt
 
 

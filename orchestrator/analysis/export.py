@@ -16,10 +16,10 @@ from pathlib import Path
 
 from orchestrator.analysis.metrics import NUMBER
 from orchestrator.analysis.serving import SGLANG, dflash_serving, drafts_schedule, sglang_flags
-from orchestrator.analysis.timing import timing_report
+from orchestrator.analysis.timing import drift_key, timing_report
 from orchestrator.engines import VLLM, engine_of
 from orchestrator.files import write_yaml
-from orchestrator.stored import baseline
+from orchestrator.stored import baseline, load_order, row_load
 from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig
 from workloads.serving.vllm import CPU_KV_CACHE_GIB, EngineSettings
@@ -139,18 +139,18 @@ def pick(rows: list[dict], how: str) -> list[dict]:
 
 
 def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
-    """For each batch size and accuracy floor, the fastest row at that batch size meeting
-    it (None when no row does): the routing table for serving queries at different quality
-    requirements and concurrencies."""
+    """For each load (batch size, and request rate where one was set) and accuracy floor, the
+    fastest row at that load meeting it (None when no row does): the routing table for serving
+    queries at different quality requirements and concurrencies."""
     table = []
-    for size in sorted({r.get("batch_size", 1) for r in rows}):
+    for key in sorted({row_load(r) for r in rows}, key=load_order):
         for floor in floors:
-            ok = [r for r in rows
-                  if r.get("batch_size", 1) == size and r["metrics"].get("accuracy", -1.0) >= floor]
+            ok = [r for r in rows if row_load(r) == key and r["metrics"].get("accuracy", -1.0) >= floor]
             best = max(ok, key=lambda r: r["metrics"].get("throughput_tps", 0.0)) if ok else None
             table.append(
                 {
-                    "batch_size": size,
+                    "batch_size": key[0],
+                    **({"request_rate": key[1]} if key[1] is not None else {}),
                     "accuracy_floor": floor,
                     "trial": best and best["trial"],
                     "file": best and f"trial{best['trial']}.yaml",
@@ -168,15 +168,16 @@ def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, f
     acceptance length; a warning where its timing was flagged. Files are named under
     `folder` (the export's, where one was written)."""
     by_trial = {r["trial"]: r for r in rows}
-    picks: dict[tuple[int, int], list[float]] = {}
+    picks: dict[tuple, list[float]] = {}
     for route in routes(rows, floors):
         if route["trial"] is not None:
-            picks.setdefault((route["batch_size"], route["trial"]), []).append(route["accuracy_floor"])
+            picks.setdefault((row_load(route), route["trial"]), []).append(route["accuracy_floor"])
     lines = []
-    for (size, trial), met in picks.items():
+    for ((size, rate), trial), met in picks.items():
         row = by_trial[trial]
         m, engine = row["metrics"], engine_of(row["config"])
-        where = f"{'concurrency' if engine.served else 'batch size'} {size}"
+        where = f"{'concurrency' if engine.served else 'batch size'} {size}" + (
+            f" at {rate:g} requests/s" if rate is not None else "")
         floor = f"accuracy >= {met[0]:g}" if len(met) == 1 else f"accuracy >= {met[0]:g} to {met[-1]:g}"
         why = [f"{m['throughput_tps']:.4g} tok/s"]
         if "throughput_ratio" in m:
@@ -283,8 +284,7 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
             "task": spec.task.model_dump(),
             "code_version": code_version(),
             "hardware": study.user_attrs.get("hardware") or [{"cpu": platform.machine()}],
-            "timing": timing["drift"].get(row["pair"] if row.get("batch_size", 1) == 1
-                                          else f"{row['pair']}:b{row['batch_size']}", {}),
+            "timing": timing["drift"].get(drift_key(row["pair"], row["config"], row_load(row)), {}),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
     }
@@ -326,8 +326,8 @@ def export_configs(
     kept = matching(study, rows, where)
     if how not in PICKS:
         raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
-    sizes = sorted({r.get("batch_size", 1) for r in kept})
-    chosen = [r for size in sizes for r in pick([r for r in kept if r.get("batch_size", 1) == size], how)]
+    keys = sorted({row_load(r) for r in kept}, key=load_order)
+    chosen = [r for key in keys for r in pick([r for r in kept if row_load(r) == key], how)]
     if not chosen:
         return []
     timing = timing_report(study)
@@ -337,8 +337,9 @@ def export_configs(
         written += _write(out, _document(spec, study, row, pairs, timing))
     table = routes(kept, floors)
     write_yaml(out / "routes.yaml", {"sweep": spec.name, "routes": table})
+    # one setting per batch size, for loads without a rate (a rate is the traffic, not a setting)
     mapping = {size: _document(spec, study, row, pairs, timing)
-               for size, row in by_batch_size(kept, how).items()}
+               for size, row in by_batch_size([r for r in kept if "request_rate" not in r], how).items()}
     body = {"sweep": spec.name, "by_batch_size": mapping}
     schedule = drafts_schedule({size: document.get("serving") for size, document in mapping.items()})
     if schedule is not None:  # one vLLM server that drafts as chosen at each batch size

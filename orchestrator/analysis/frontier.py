@@ -12,6 +12,7 @@ import optuna
 
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.stored import batch_size as stored_batch_size
+from orchestrator.stored import load
 
 
 def _as_loss(points, directions) -> np.ndarray:
@@ -74,14 +75,13 @@ def feasible(trial) -> bool:
 
 
 def frontier_trials(study, spec, batch_size: int | None = None) -> list:
-    """Feasible completed trials that no other feasible trial of the same batch size
-    dominates on the objectives: one frontier per batch size (speed at batch 8 is not
-    comparable with speed at batch 1), or only that of `batch_size`."""
-    groups: dict[int, list] = {}
+    """Feasible completed trials that no other feasible trial of the same load dominates on
+    the objectives: one frontier per batch size (speed at batch 8 is not comparable with speed
+    at batch 1) and request rate (`stored.load`), or only those at `batch_size`."""
+    groups: dict[tuple, list] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        size = stored_batch_size(t)
-        if feasible(t) and batch_size in (None, size):
-            groups.setdefault(size, []).append(t)
+        if feasible(t) and batch_size in (None, stored_batch_size(t)):
+            groups.setdefault(load(t), []).append(t)
     directions, front = tuple(spec.objectives.values()), []
     for trials in groups.values():
         front += [trials[i] for i in pareto_front([tuple(t.values) for t in trials], directions)]

@@ -11,6 +11,8 @@ import itertools
 
 import numpy as np
 
+from orchestrator.analysis.categories import category_metrics
+
 NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # a bound on a metric: a decimal, exponent allowed
 TRIAL_METRICS = (
     "accuracy",
@@ -146,8 +148,8 @@ def trial_metrics(records: list[dict], slo: dict[str, float] | None = None) -> d
     time_per_nfe_s = Σ batch wall/Σ batch NFE; acceptance_rate = Σaccepted/Σdrafted;
     mean_accept_len = Σaccepted/Σiterations; overhead_frac = Σoverhead_s/Σwall_s. At batch
     size 1 a batch is its prompt. Cost: prompt_decodes = n, decode_s = Σ batch wall. Served
-    records add `serving_metrics` (under `slo`). A metric without a defined value (no drafts,
-    no score) is left out."""
+    records add `serving_metrics` (under `slo`), records of a task mix `category_metrics`. A
+    metric without a defined value (no drafts, no score) is left out."""
     n = len(records)
     wall = _sum(records, "wall_s")
     units = batches(records)
@@ -166,6 +168,7 @@ def trial_metrics(records: list[dict], slo: dict[str, float] | None = None) -> d
     if all(r.get("correct") is not None for r in records):
         values["accuracy"] = sum(r["correct"] for r in records) / n
     values.update(serving_metrics(records, slo))
+    values.update(category_metrics(records))
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -7,7 +7,8 @@ import optuna
 from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume, tied
 from orchestrator.analysis.racing import STOPPED
 from orchestrator.analysis.timing import describe, flagged, timing_report
-from orchestrator.stored import baseline, baselines
+from orchestrator.engines import listed
+from orchestrator.stored import baseline, baselines, load, load_order, row_load
 from orchestrator.stored import batch_size as stored_batch_size
 
 SHORT = {"throughput_tps": "tok/s", "throughput_ratio": "ratio", "accuracy": "acc",  # table headers
@@ -19,11 +20,14 @@ def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None =
     """One row per frontier trial (trial, pair, batch size, exact, config, params,
     objectives, metrics, its MLflow run id from `run_ids`), flagged `tied` when statistically
     indistinguishable from a neighbour at its batch size and `timing_flagged` when its
-    controls ran far from the typical speed; every batch size's frontier, or `batch_size`'s."""
+    controls ran far from the typical speed; every load's frontier, or those at `batch_size`.
+    A row served at a request rate carries it (`request_rate`)."""
     rows = []
     for t in frontier_trials(study, spec, batch_size):
+        rate = t.user_attrs["config"].get("request_rate")
         rows.append(
             {
+                **({"request_rate": rate} if rate is not None else {}),
                 "trial": t.number,
                 "pair": t.user_attrs["pair"],
                 "batch_size": stored_batch_size(t),
@@ -36,8 +40,8 @@ def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None =
             }
         )
     noisy = flagged(timing_report(study))
-    for size in {r["batch_size"] for r in rows}:
-        group = [r for r in rows if r["batch_size"] == size]
+    for key in {row_load(r) for r in rows}:
+        group = [r for r in rows if row_load(r) == key]
         flags = tied([tuple(r["objectives"].values()) for r in group], [r["metrics"] for r in group],
                      tuple(spec.objectives.values()))
         for row, flag in zip(group, flags):
@@ -46,13 +50,21 @@ def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None =
     return rows
 
 
-def hypervolume_against(spec, study, points, reference: str, batch_size: int = 1) -> tuple[float, str]:
-    """HV of `points` (trials at `batch_size`) against the worst values observed at that batch
-    size, or a pair's `ar` baseline there (`ar` = the first pair's, `ar:PAIR` = that pair's)."""
+def load_text(key: tuple[int, float | None]) -> str:
+    """` at batch size 4`, or ` at batch size 4, 2 requests/s` (under a serving engine the
+    batch size is the concurrency)."""
+    return f" at batch size {key[0]}" + (f", {key[1]:g} requests/s" if key[1] is not None else "")
+
+
+def hypervolume_against(spec, study, points, reference: str, key: tuple = (1, None)) -> tuple[float, str]:
+    """HV of `points` (trials at load `key`: stored.load) against the worst values observed at
+    that load, or a pair's `ar` baseline at its batch size (`ar` = the first pair's, `ar:PAIR` =
+    that pair's)."""
     directions = tuple(spec.objectives.values())
+    batch_size = key[0]
     if reference == "worst":
         every = [tuple(t.values) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-                 if stored_batch_size(t) == batch_size]
+                 if load(t) == key]
         ref = default_reference(every, directions)
         return hypervolume(points, directions, ref), f"worst observed {ref}"
     if not reference.startswith("ar"):
@@ -145,8 +157,8 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     # failed and marked interrupted (a journal cut between the two leaves the mark on a running trial)
     interrupted = sum(t.state == S.FAIL and bool(t.user_attrs.get("interrupted")) for t in trials)
     stopped = [t for t in trials if STOPPED in t.user_attrs]
-    vllm = spec.dimension_values().get("engine") == ["vllm"]
-    untimed = spec.search.sampler == "multifidelity" and vllm  # the search's, not racing's
+    served = all(e.served for e in listed(spec.dimension_values()))
+    untimed = spec.search.sampler == "multifidelity" and served  # the search's, not racing's
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} "
                  f"{'not timed' if untimed else 'stopped by racing'}, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
@@ -163,12 +175,12 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps"))
         lines.append(f"{pair}:{kind}" + (f" at batch size {size}" if size > 1 else "") + f": {shown}")
     front = frontier_trials(study, spec)
-    sizes = sorted({stored_batch_size(t) for t in front})
-    for size in sizes:
-        points = [tuple(t.values) for t in front if stored_batch_size(t) == size]
-        at = f" at batch size {size}" if sizes != [1] else ""
+    keys = sorted({load(t) for t in front}, key=load_order)
+    for key in keys:
+        points = [tuple(t.values) for t in front if load(t) == key]
+        at = load_text(key) if keys != [(1, None)] else ""
         lines.append(f"frontier{at}: {len(points)} trials on {', '.join(spec.objectives)}")
-        value, where = hypervolume_against(spec, study, points, reference, size)
+        value, where = hypervolume_against(spec, study, points, reference, key)
         lines.append(f"hypervolume{at}: {value:.6g} (reference: {where})")
     if not front:
         lines.append(f"frontier: 0 trials on {', '.join(spec.objectives)}")

@@ -8,24 +8,34 @@ import optuna
 
 from orchestrator.analysis.metrics import drift
 from orchestrator.engines import ENGINES, engine_of
-from orchestrator.stored import baseline, batch_size
+from orchestrator.stored import baseline, load, load_order
+
+
+def drift_key(pair: str, config: dict, key: tuple[int, float | None]) -> str:
+    """The name of the controls a trial of `pair` with `config` at load `key` (stored.load) is
+    timed against: the engine's (Engine.drift_key), `:b<size>` above batch size 1, `:rate<r>`
+    under a request rate."""
+    size, rate = key
+    return (engine_of(config).drift_key(pair) + (f":b{size}" if size > 1 else "")
+            + (f":rate{rate:g}" if rate is not None else ""))
 
 
 def timing_report(study: optuna.Study) -> dict:
-    """{"drift": {pair: metrics.drift report}, "hardware": [worker hardware, one per kind]}."""
-    points: dict[tuple[str, str, int], list[tuple[float, int, float]]] = {}
+    """{"drift": {drift_key: metrics.drift report}, "hardware": [worker hardware, one per kind]}."""
+    points: dict[tuple[str, str, tuple], list[tuple[float, int, float]]] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         c = t.user_attrs.get("control")
-        if c:  # controls of another engine or batch size run at another speed: one report each
+        if c:  # controls of another engine or load run at another speed: one report each
             engine = engine_of(t.user_attrs.get("config", {})).name
-            points.setdefault((t.user_attrs["pair"], engine, batch_size(t)), []).append(
+            points.setdefault((t.user_attrs["pair"], engine, load(t)), []).append(
                 (c["at"], t.number, c["ms_per_token"]))
     report = {}
-    for (pair, name, size), pts in sorted(points.items()):
+    for (pair, name, key), pts in sorted(points.items(), key=lambda kv: (kv[0][:2], load_order(kv[0][2]))):
         engine = ENGINES[name]
-        tps = baseline(study, pair, engine.baseline, size).get("throughput_tps") if engine.baseline else None
-        key = engine.drift_key(pair) + (f":b{size}" if size > 1 else "")
-        report[key] = {**drift(pts, 1000 / tps if tps else None), "controls": engine.controls}
+        ar = baseline(study, pair, engine.baseline, key[0]) if engine.baseline else {}
+        tps = ar.get("throughput_tps")
+        report[drift_key(pair, {"engine": name}, key)] = {**drift(pts, 1000 / tps if tps else None),
+                                                          "controls": engine.controls}
     return {"drift": report, "hardware": study.user_attrs.get("hardware", [])}
 
 

@@ -70,7 +70,7 @@ def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, Ser
                 for s in order:
                     config = dataclasses.replace(next(x for x in here.values() if x.setting == s),
                                                  concurrency=c)
-                    warm(servers[s], ids[0], config)
+                    warm(servers[s], ids, config)
                     switch(last, servers[s])
                     last = servers[s]
                     served, wall = serve(servers[s], ids, config)

@@ -19,13 +19,14 @@ from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models.pair import Pair
 from workloads.serving.config import ServingConfig
 from workloads.serving.load import Served, serve, switch, warm
+from workloads.serving.load import records as load_records
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
 def load_metrics(served: list[Served], wall: float) -> dict:
     """throughput_tps = Σ tokens / wall of the load, latency_s = mean latency, and the
     serving metrics (`analysis.metrics.serving_metrics`)."""
-    records = [s.record() for s in served]
+    records = load_records(served, wall)
     return {"throughput_tps": sum(r["new_tokens"] for r in records) / wall,
             "latency_s": sum(r["wall_s"] for r in records) / len(records), **serving_metrics(records)}
 
@@ -53,10 +54,10 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
                 for c in concurrencies:
                     load, control = (dataclasses.replace(config, concurrency=c),
                                      ServingConfig(max_new_tokens=max_new_tokens, concurrency=c))
-                    warm(server, ids[0], load)
+                    warm(server, ids, load)
                     switch(base, server)
                     served, wall = serve(server, ids, load)
-                    warm(base, ids[0], control)
+                    warm(base, ids, control)
                     switch(server, base)
                     plain, plain_wall = serve(base, ids, control)
                     metrics = load_metrics(served, wall)

@@ -17,41 +17,53 @@ ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sw
 def _table(title: str, spec, rows: list[dict]):
     """The frontier rows, narrow enough for 80 columns: the configuration in a few words
     (Engine.label: a lenient rule and its leniency), short objective headers,
-    no column rules; the batch size only where one is not 1, under vLLM the concurrency;
+    no column rules; the batch size only where one is not 1, under vLLM the concurrency, and
+    the request rate where one was set;
     notes (lossy, tied, timing flagged) only where a row has one. With `predicted_vllm` on
     them (frontier --predict-vllm), a column per concurrency of the predicted vLLM ratio and
-    the model's error there."""
+    the model's error there; over a task mix, a column per category of its acceptance length."""
     from rich import box
     from rich.table import Table
 
+    from orchestrator.analysis.categories import categories
     from orchestrator.analysis.summary import SHORT
     from orchestrator.engines import engine_of
+    from orchestrator.stored import load_order, row_load
 
     # the speed ratio against the trial's own controls (ar, or vLLM without speculation)
     ratio = ["throughput_ratio"] if "throughput_ratio" not in spec.objectives and any(
         "throughput_ratio" in r.get("metrics", {}) for r in rows) else []
     predicted = sorted({c for r in rows for c in (r.get("predicted_vllm") or {})})
+    # a task mix: each category's acceptance length (categories.category_metrics)
+    accepted = [c for c in dict.fromkeys(c for r in rows for c in categories(r.get("metrics", {})))
+                if any(f"mean_accept_len.{c}" in r.get("metrics", {}) for r in rows)]
     served = bool(rows) and all(engine_of(r["config"]).served for r in rows)
     sized = served or any(r.get("batch_size", 1) != 1 for r in rows)
     notes = {r["trial"]: ", ".join(n for n, on in (("lossy", not r["exact"]), ("tied", r.get("tied")),
                                                    ("timing flagged", r.get("timing_flagged"))) if on)
              for r in rows}
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-    columns = ["trial", "pair", *(["conc" if served else "batch"] if sized else []), "configuration",
-               *(SHORT.get(m, m) for m in (*spec.objectives, *ratio)), *(f"vLLM c={c}" for c in predicted),
+    rated = any("request_rate" in r for r in rows)
+    columns = ["trial", "pair", *(["conc" if served else "batch"] if sized else []),
+               *(["req/s"] if rated else []), "configuration",
+               *(SHORT.get(m, m) for m in (*spec.objectives, *ratio)), *(f"acc len {c}" for c in accepted),
+               *(f"vLLM c={c}" for c in predicted),
                *(["notes"] if any(notes.values()) else [])]
     for col in columns:
         words = col in ("pair", "configuration", "notes")
         table.add_column(col, justify="left" if words else "right", no_wrap=col != "notes")
-    for r in sorted(rows, key=lambda r: (r.get("batch_size", 1), r["trial"])):
+    for r in sorted(rows, key=lambda r: (load_order(row_load(r)), r["trial"])):
         table.add_row(
             str(r["trial"]),
             r["pair"],
             *([str(r.get("batch_size", 1))] if sized else []),
+            *([f"{r['request_rate']:g}" if "request_rate" in r else "-"] if rated else []),
             engine_of(r["config"]).label(r["config"]),
             *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
             *(f"{r['metrics']['throughput_ratio']:.2f}x" if "throughput_ratio" in r["metrics"] else "-"
               for _ in ratio),
+            *(f"{r['metrics'][f'mean_accept_len.{c}']:.2f}" if f"mean_accept_len.{c}" in r["metrics"] else "-"
+              for c in accepted),
             *(_predicted_cell((r.get("predicted_vllm") or {}).get(c)) for c in predicted),
             *([notes[r["trial"]]] if "notes" in columns else []),
         )
@@ -167,6 +179,26 @@ def _report(console, spec, driver, study, seconds: float) -> None:
         console.print(driver.progress.note)
 
 
+def _sustained_table(spec, results: list[dict]):
+    """`specsweep sustain`'s results, highest sustained rate first: each setting's highest
+    rate whose loads all met the SLO, the lowest that missed it, the rates probed."""
+    from rich import box
+    from rich.table import Table
+
+    first = results[0]
+    table = Table(title=f"sustained rates within {first['slo']} ({first['repeats']} loads a rate; above the "
+                  f"rate met half the time with chance <= {first['overshoot_bound']:.3g}, a quarter "
+                  f"<= {first['overshoot_bound_quarter']:.3g})", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, collapse_padding=True)
+    for col in ("setting", "sustained req/s", "missed at", "probes", "seconds"):
+        table.add_column(col, justify="left" if col == "setting" else "right", no_wrap=True)
+    for r in sorted(results, key=lambda r: -(r["sustained_rate"] or 0.0)):
+        table.add_row(r["label"], *(f"{r[k]:.3g}" if r[k] is not None else "-" for k in ("sustained_rate",
+                                                                                          "failed_rate")),
+                      str(len(r["probes"])), f"{r['engine_s']:.0f}")
+    return table
+
+
 @user_errors
 def status(
     name: str = typer.Argument(..., metavar="SWEEP"),
@@ -202,7 +234,8 @@ def frontier_cmd(
 
     from orchestrator.analysis.summary import frontier_rows
     from orchestrator.sweep.space import batch_sizes
-    from orchestrator.sweep.study import load_sweep
+    from orchestrator.sweep.study import load_sweep, state_dir
+    from orchestrator.sweep.sustain import load_results
     from orchestrator.sweep.tracking import trial_run_ids
 
     spec, study = load_sweep(root, name)
@@ -224,7 +257,11 @@ def frontier_cmd(
             typer.echo(json.dumps(row))
         return
     at = f" at batch size {batch_size}" if batch_size is not None else ""
-    Console().print(_table(f"frontier of {name}{at}", spec, rows))
+    console = Console()
+    console.print(_table(f"frontier of {name}{at}", spec, rows))
+    sustained = load_results(state_dir(root, name))
+    if sustained:
+        console.print(_sustained_table(spec, sustained))
 
 
 @user_errors
@@ -245,6 +282,10 @@ def export(
     predict_vllm: str = typer.Option(None, "--predict-vllm", metavar="SERVING_SWEEP",
                                      help="Write into each config vLLM has no setting for its vLLM speed "
                                      "predicted from this vLLM sweep of the pair (marked predicted)."),
+    check_schedule: int = typer.Option(0, "--check-schedule", min=0, max=9, metavar="R",
+                                       help="Serve by_batch_size.yaml's drafts schedule in vLLM at both "
+                                       "sides of each switch against the other n, R loads each; refuse "
+                                       "(merge) a switch the schedule loses at."),
     root: Path = ROOT,
 ) -> None:
     """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
@@ -252,9 +293,10 @@ def export(
     accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
     all`, the fastest; and vLLM's num_speculative_tokens-by-batch-size setting where the sizes
     chose different n)
-    and the sweep's plots. With --verify-vllm, exit code 1 when vLLM decodes an export
-    otherwise than measured; with --check-sglang, when SGLang's parser reads its flags
-    otherwise than meant."""
+    and the sweep's plots. With --check-schedule, that schedule measured around its switches
+    and refused switches merged (`vllm.schedule_check`). With --verify-vllm, exit code 1 when
+    vLLM decodes an export otherwise than measured; with --check-sglang, when SGLang's parser
+    reads its flags otherwise than meant."""
     from orchestrator.analysis.export import (
         check_out,
         export_configs,
@@ -270,7 +312,7 @@ def export(
     levels = parse_floors(floors)
     if where is not None:
         parse_where(where)
-    if verify_vllm:
+    if verify_vllm or check_schedule:
         from workloads.serving.vllm import vllm_python
 
         vllm_python()  # set up, before anything is written
@@ -309,6 +351,10 @@ def export(
         from orchestrator.analysis.verify import check_sglang_exports
 
         passed &= check_sglang_exports(paths, typer.echo)
+    if check_schedule:
+        from orchestrator.analysis.schedulecheck import check_exported_schedule
+
+        check_exported_schedule(out, study.user_attrs["tracking_uri"], check_schedule, typer.echo)
     if verify_vllm:
         from orchestrator.analysis.verify import verify_exports
 

@@ -68,9 +68,10 @@ class Engines:
         self.failed.pop(settings, None)
         return server
 
-    def server(self, pair: str, config: ServingConfig, warm_up: list[int]) -> tuple[VllmServer, float]:
-        """The running server for `config` on `pair`, and the seconds spent starting it now
-        (0 when it was already running with these settings and answers its health check)."""
+    def server(self, pair: str, config: ServingConfig, warm_up: list[list[int]]) -> tuple[VllmServer, float]:
+        """The running server for `config` on `pair`, warmed for its load shape on `warm_up`
+        (load.warm), and the seconds spent starting it now (0 when it was already running
+        with these settings and answers its health check)."""
         settings = EngineSettings.of(refs(self.pair_specs[pair]), config)
         slot = (pair, settings.speculative is not None)
         server = self.servers.get(slot)
@@ -90,7 +91,7 @@ class Engines:
             server = self._start(settings)
             self.servers[slot] = server
             started = server.start_s
-        if config.concurrency not in server.warmed:
+        if (config.concurrency, config.request_rate) not in server.warmed:
             self._turn_to(server)
             warm(server, warm_up, config)
         return server, started
@@ -108,7 +109,7 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
     vLLM plugin found and worked around in the trial's server). With a control, the trial's
     load and the control's are each served `repeats` times, A B B A A B ..., and each side's
     wall is its median; the records, tokens and counters are the first load's."""
-    server, started = engines.server(pair, config, prompts[0])
+    server, started = engines.server(pair, config, prompts)
     before = server.counters()
     served, wall = engines.serve(server, prompts, config)
     spent = server.counters() - before
@@ -117,10 +118,10 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
         for i, record in enumerate(records):
             own = i == 0  # the shard's counters on its first record, so they sum over the trial
             record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
-                          accepted=spent.accepted if own else 0)
+                          accepted=spent.accepted if own else 0, shared_counters=True)
     if control is None:
         return records, [], started, server.report
-    plain, plain_started = engines.server(pair, control, prompts[0])
+    plain, plain_started = engines.server(pair, control, prompts)
     started += plain_started
     at = time.time()
     # by side, not by server: a trial without speculation is served by the control's server

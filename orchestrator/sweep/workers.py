@@ -41,10 +41,17 @@ WARMUP = 2  # untimed prompts per pair and process, before its first timed decod
 CONTROLS = 3  # prompts per trial shard also decoded with `ar` under the same conditions
 
 
+def judged(task, example: Example, text: str) -> dict:
+    """What a record holds of its example: its index, the task's score of `text` and, where
+    the task labels its examples (`mix`, a dataset's category field), its category."""
+    score = task.judge(example, text)
+    category = {"category": example.meta["category"]} if "category" in example.meta else {}
+    return {"index": example.index, "correct": score.correct, "detail": score.detail, **category}
+
+
 def scored(task, example: Example, result) -> dict:
-    """A decoded prompt's record: its DecodeResult, its index and the task's score of it."""
-    score = task.judge(example, result.text)
-    return {**result.to_dict(), "index": example.index, "correct": score.correct, "detail": score.detail}
+    """A decoded prompt's record: its DecodeResult and what it holds of its example (`judged`)."""
+    return {**result.to_dict(), **judged(task, example, result.text)}
 
 
 def prompt_seed(sweep_seed: int, index: int) -> int:
@@ -183,8 +190,7 @@ class PairWorker:
                                                          shard.control, prompts, items[0][0].index,
                                                          shard.repeats)
         for (example, _), record in zip(items, records):
-            score = self.task.judge(example, record["text"])
-            record.update(index=example.index, correct=score.correct, detail=score.detail)
+            record.update(judged(self.task, example, record["text"]))
         return {"records": records, "controls": controls, "warmup": 0, "node": _node(), "gpu": _gpu_name(),
                 "engine_start_s": started, "engine_restarts": self.engines.restarts - restarts,
                 "engine_report": report}

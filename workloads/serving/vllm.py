@@ -140,7 +140,8 @@ class VllmServer:
         self.process: subprocess.Popen | None = None
         self.report: dict = {}
         self.start_s = 0.0
-        self.warmed: set[int] = set()  # the concurrencies it has served an untimed load at
+        # the load shapes (concurrency, request rate) it has served an untimed load at
+        self.warmed: set[tuple[int, float | None]] = set()
 
     def start(self, timeout: float = 600) -> float:
         """Start the server and wait for /health; the seconds it took. ServingError with the

@@ -9,10 +9,11 @@ from workloads.tasks.gpqa import GPQADiamond
 from workloads.tasks.gsm8k import GSM8K
 from workloads.tasks.loading import DataError
 from workloads.tasks.math500 import Math500
+from workloads.tasks.mix import Mix
 from workloads.tasks.writing import Writing
 
 TASKS: dict[str, type[Task]] = {t.name: t for t in (Arith, GSM8K, Math500, HumanEval, MBPP, GPQADiamond,
-                                                     Writing)}
+                                                     Writing, Mix)}
 
 
 def get_task(name: str, data: str | Path | None = None) -> Task:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workloads.tasks.loading import DataError, Source, load_records, subset
@@ -89,10 +89,19 @@ class DatasetTask(Task):
     def examples(self, split: str = "test", n: int | None = 100, seed: int = 0) -> list[Example]:
         check_split(split, ("test",))
         records = self.records()
-        return [self.make_example(i, records[i]) for i in subset(len(records), n, seed)]
+        return [self._labelled(i, records[i]) for i in subset(len(records), n, seed)]
 
     def example(self, index: int) -> Example:
         records = self.records()
         if not 0 <= index < len(records):
             raise ValueError(f"index: {self.name} has examples 0..{len(records) - 1}; got {index}")
-        return self.make_example(index, records[index])
+        return self._labelled(index, records[index])
+
+    def _labelled(self, index: int, record: dict) -> Example:
+        """`make_example`, with the record's `category` field (a string) in its meta, so
+        figures are reported per category (SPEED-Bench style data)."""
+        example = self.make_example(index, record)
+        category = record.get("category")
+        if isinstance(category, str) and category:
+            return replace(example, meta={**example.meta, "category": category})
+        return example

@@ -73,8 +73,10 @@ def test_request_rates_are_an_axis_of_serving_trials():
 
 
 @pytest.mark.parametrize(("extra", "starts"), [
-    ({"serving": {"slo": {"ttft_p99_s": 0.5, "tpot_p95_s": 0.1}}}, "spec: serving.slo: 'tpot_p95_s' is not an SLO"),
-    ({"serving": {"slo": {"ttft_p99_s": -1}}}, "spec: serving.slo: ttft_p99_s: -1.0 is not a number of seconds"),
+    ({"serving": {"slo": {"ttft_p99_s": 0.5, "tpot_p95_s": 0.1}}},
+     "spec: serving.slo: 'tpot_p95_s' is not an SLO"),
+    ({"serving": {"slo": {"ttft_p99_s": -1}}},
+     "spec: serving.slo: ttft_p99_s: -1.0 is not a number of seconds"),
     ({"constraints": ["request_goodput >= 2"]}, "spec: request_goodput: counts requests within serving.slo"),
 ])
 def test_slos_are_named_keys_with_positive_limits(extra, starts):

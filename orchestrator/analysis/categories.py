@@ -1,0 +1,40 @@
+"""Metrics per task category, pure: acceptance depends on what is asked (a drafter accepts
+more of the arithmetic it was trained on than of prose), so a trial over a task mix reports
+each category's figures beside its own (`<metric>.<category>`, e.g. mean_accept_len.code)."""
+
+from __future__ import annotations
+
+
+def category_metrics(records: list[dict]) -> dict[str, float]:
+    """For each category c of the records that carry one (`category`), over c's prompts:
+    mean_accept_len.c = Σaccepted / Σiterations and acceptance_rate.c = Σaccepted / Σdrafted
+    (only where every prompt has counters of its own, not a load's shared ones);
+    tokens_per_s.c = Σnew_tokens / Σwall_s (each prompt's own completion time: speed as its
+    request sees it); latency_s.c = mean wall_s; accuracy.c = mean correct over scored
+    prompts. A figure without a defined value is left out."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("category") is not None:
+            groups.setdefault(r["category"], []).append(r)
+    own = not any(r.get("shared_counters") for r in records)
+    out: dict[str, float] = {}
+    for category, rs in groups.items():
+        wall = sum(r["wall_s"] for r in rs)
+        out[f"latency_s.{category}"] = wall / len(rs)
+        if wall:
+            out[f"tokens_per_s.{category}"] = sum(r["new_tokens"] for r in rs) / wall
+        iterations = sum(r.get("iterations", 0) for r in rs)
+        drafted = sum(r.get("drafted", 0) for r in rs)
+        if own and iterations:
+            out[f"mean_accept_len.{category}"] = sum(r.get("accepted", 0) for r in rs) / iterations
+        if own and drafted:
+            out[f"acceptance_rate.{category}"] = sum(r.get("accepted", 0) for r in rs) / drafted
+        scored = [r["correct"] for r in rs if r.get("correct") is not None]
+        if scored:
+            out[f"accuracy.{category}"] = sum(scored) / len(scored)
+    return out
+
+
+def categories(metrics: dict) -> list[str]:
+    """The categories a trial's metrics report, in order of first appearance."""
+    return list(dict.fromkeys(k.partition(".")[2] for k in metrics if k.startswith("latency_s.")))

@@ -1,0 +1,152 @@
+"""`export --check-schedule R`: by_batch_size.yaml's drafts schedule served as one vLLM server
+and measured at both sides of each switch (analysis/schedule.py states the rule), and the cost
+of running speculation at the schedule's smallest n against a server without it.
+
+At a side c of a switch the schedule's server and a server of the n it does not draft at c
+serve the trial's prompts at concurrency c (all at once), R times each, in the order A B B A
+...; a switch where the schedule's load was slower in every pair, at either side, is refused:
+its two ranges merge into one drafting the n that beat it. Then, at the schedule's largest
+concurrency, its server against vLLM without speculation, R pairs: `smallest_n`. Everything
+goes into the file under `vllm.schedule_check`; the `speculative_config` written is the
+schedule with its refused switches merged.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from orchestrator.analysis.schedule import Switch, always_slower, merged, refusal_error, switches
+from orchestrator.engines import VLLM
+from workloads.serving.config import ServingConfig
+from workloads.serving.load import serve, switch, warm
+from workloads.serving.vllm import EngineSettings, VllmServer
+
+
+def _server(verifier: str, speculative: dict | None) -> VllmServer:
+    server = VllmServer(EngineSettings(verifier, None if speculative is None else json.dumps(speculative)))
+    server.start()
+    return server
+
+
+def interleaved(ours: VllmServer, theirs: VllmServer, prompts: list[list[int]], config: ServingConfig,
+                repeats: int) -> tuple[list[float], list[float]]:
+    """Both servers' load walls at `config`'s concurrency, `repeats` each, A B B A ... (after
+    an untimed load on each): (ours, theirs), pair i the i-th of each."""
+    walls: dict[str, list[float]] = {"ours": [], "theirs": []}
+    last = None
+    for server in (ours, theirs):
+        switch(last, server)
+        warm(server, prompts, config)
+        last = server
+    for turn in range(2 * repeats):
+        side = ("ours", "theirs")[(turn + turn // 2) % 2]  # A B B A A B ...
+        server = ours if side == "ours" else theirs
+        switch(last, server)
+        last = server
+        walls[side].append(serve(server, prompts, config)[1])
+    return walls["ours"], walls["theirs"]
+
+
+def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], max_new_tokens: int,
+                   repeats: int, say: Callable[[str], None]) -> tuple[dict, dict]:
+    """(the schedule with its refused switches merged, what was measured)."""
+    ranges = speculative["num_speculative_tokens_per_batch_size"]
+    base = {k: v for k, v in speculative.items() if k != "num_speculative_tokens_per_batch_size"}
+    load = ServingConfig(method=speculative["method"], max_new_tokens=max_new_tokens,
+                         num_speculative_tokens=speculative["num_speculative_tokens"])
+    found: dict = {"repeats": repeats, "refusal_error": refusal_error(repeats), "switches": []}
+    kept = [list(r) for r in ranges]
+    schedule = _server(verifier, speculative)
+    try:
+        for point in switches(ranges):
+            entry = {"below": point.below, "above": point.above, "n_below": point.n_below,
+                     "n_above": point.n_above, "sides": []}
+            beaten_by = None
+            for concurrency, other in ((point.below, point.n_above), (point.above, point.n_below)):
+                ours, theirs = _side(schedule, verifier, base, other, prompts, load, concurrency, repeats)
+                slower = always_slower(ours, theirs)
+                entry["sides"].append({"concurrency": concurrency, "other_n": other, "schedule_wall_s": ours,
+                                       "other_wall_s": theirs, "schedule_always_slower": slower})
+                say(f"  switch {point.n_below}->{point.n_above} at {point.below}|{point.above}, concurrency "
+                    f"{concurrency}: schedule {statistics.median(ours):.3f} s, n={other} "
+                    f"{statistics.median(theirs):.3f} s" + (" (schedule slower in every pair)" * slower))
+                beaten_by = other if slower and beaten_by is None else beaten_by
+            entry["refused"] = beaten_by is not None
+            if beaten_by is not None:
+                kept = merged(kept, Switch(point.below, point.above, point.n_below, point.n_above), beaten_by)
+            found["switches"].append(entry)
+        found["smallest_n"] = _smallest(schedule, verifier, ranges, prompts, load, repeats, say)
+    finally:
+        schedule.stop()
+    drafts = [n for _, _, n in kept]
+    written = {**base, "num_speculative_tokens": max(drafts)}
+    if len(set(drafts)) > 1:
+        written["num_speculative_tokens_per_batch_size"] = kept
+    else:
+        written["num_speculative_tokens"] = drafts[0]
+    return written, found
+
+
+def _side(schedule: VllmServer, verifier: str, base: dict, other: int, prompts: list[list[int]],
+          load: ServingConfig, concurrency: int, repeats: int) -> tuple[list[float], list[float]]:
+    """The schedule against a server of single n `other` (none at 0) at `concurrency`."""
+    single = _server(verifier, {**base, "num_speculative_tokens": other} if other else None)
+    try:
+        return interleaved(schedule, single, prompts, replace(load, concurrency=concurrency), repeats)
+    finally:
+        single.stop()
+
+
+def _smallest(schedule: VllmServer, verifier: str, ranges: list[list[int]], prompts: list[list[int]],
+              load: ServingConfig, repeats: int, say: Callable[[str], None]) -> dict:
+    """The schedule at its largest concurrency (its last range's n) against no speculation."""
+    concurrency, n = min(ranges[-1][1], len(prompts)), ranges[-1][2]
+    plain = _server(verifier, None)
+    try:
+        ours, theirs = interleaved(schedule, plain, prompts, replace(load, concurrency=concurrency), repeats)
+    finally:
+        plain.stop()
+    ratio = statistics.median(theirs) / statistics.median(ours)
+    say(f"  speculation on at n={n} (concurrency {concurrency}): {ratio:.2f}x the speed of vLLM without it")
+    return {"concurrency": concurrency, "n": n, "schedule_wall_s": ours, "none_wall_s": theirs,
+            "throughput_ratio": ratio}
+
+
+def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[str], None]) -> None:
+    """Check by_batch_size.yaml's schedule in `out` (where it has one) on its first trial's
+    prompts; write the merged schedule and the measurements back into the file."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.analysis.verify import read_export
+    from orchestrator.files import write_yaml
+    from orchestrator.stored import logged_records
+    from workloads.models.pair import load_tokenizer
+    from workloads.models.pairspec import refs
+
+    path = out / "by_batch_size.yaml"
+    table = read_export(path)
+    if VLLM.section not in table:
+        say("by_batch_size.yaml: no drafts schedule to check (one n for every batch size, or no vLLM "
+            "setting)")
+        return
+    first = next(iter(table["by_batch_size"].values()))
+    records = logged_records(MlflowClient(uri), first["provenance"]["mlflow_run_id"]) or []
+    tokenizer = load_tokenizer(first["pair"])
+    ordered = sorted(records, key=lambda r: r["index"])
+    prompts = [tokenizer(r["prompt"], verbose=False).input_ids for r in ordered]
+    say(f"by_batch_size.yaml: checking its drafts schedule at each switch, {repeats} loads a side "
+        f"(a switch as fast as the other n is refused with chance <= {refusal_error(repeats):.3g})")
+    speculative = table[VLLM.section]["speculative_config"]
+    written, found = check_schedule(refs(first["pair"])["verifier"], speculative, prompts,
+                                    first["config"]["max_new_tokens"], repeats, say)
+    refused = [f"{s['n_below']}->{s['n_above']} at {s['below']}|{s['above']}" for s in found["switches"]
+               if s["refused"]]
+    table[VLLM.section] = {"speculative_config": written, "schedule_check": found}
+    write_yaml(path, table)
+    say("by_batch_size.yaml: " + (f"refused {', '.join(refused)}; the schedule written merges them: "
+                                  f"{written.get('num_speculative_tokens_per_batch_size', written)}"
+                                  if refused else "every switch kept"))

@@ -1,0 +1,113 @@
+"""The sustained-rate search (`specsweep sustain SWEEP`): for each vLLM setting of a sweep's
+space, the highest request rate whose loads all meet the sweep's SLO (`serving.slo`), found by
+bisection along the rate (analysis/sustain.py states the rule and its error rates).
+
+A setting is the space's method, num_speculative_tokens, concurrency (the bound on requests
+in flight), burstiness and sampling; its rate is what the search varies. Each load is the
+sweep's prompts arriving at the probed rate, repeat i with arrival seed `seed + i`, so repeats
+differ in their arrivals as traffic does. It runs in the driver's process on one server at a
+time; each setting becomes a run nested under the sweep's MLflow parent run (its probes as
+the series `request_rate` and `loads_met`), and every result goes to `sustained.json` in the
+sweep's directory, which `frontier` shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.analysis.metrics import serving_metrics
+from orchestrator.analysis.sustain import Bracket, overshoot_bound, search
+from orchestrator.files import write_atomic
+from workloads.serving.config import ServingConfig
+
+RESULTS = "sustained.json"  # in the sweep's directory
+
+
+@dataclass(frozen=True)
+class Range:
+    """The rates a search spans and how hard it looks: `low` to `high` requests/s, `steps`
+    bisections, `repeats` loads a probed rate."""
+
+    low: float
+    high: float
+    steps: int
+    repeats: int
+
+
+def settings(spec) -> list[tuple[str, ServingConfig]]:
+    """(pair, setting without a rate) of every served grid point, each once, in grid order."""
+    from orchestrator.sweep.space import choose_config, grid
+
+    found: dict[tuple[str, ServingConfig], None] = {}
+    for point in grid(spec):
+        candidate = choose_config(spec, lambda name, values, p=point: p[name])
+        if isinstance(candidate.config, ServingConfig):
+            found[candidate.pair, dataclasses.replace(candidate.config, request_rate=None)] = None
+    return list(found)
+
+
+def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[list[int]], slo: dict,
+                    rates: Range, shown: Callable[[str], None]) -> tuple[Bracket, float]:
+    """The search's bracket for one setting, and the seconds it took (its server's start,
+    warm-up and every load)."""
+    from workloads.serving.load import records, warm
+
+    began = time.perf_counter()
+    server, _ = engines.server(pair, config, prompts)
+
+    def meets(rate: float, repeat: int) -> bool:
+        load = dataclasses.replace(config, request_rate=rate, seed=config.seed + repeat)
+        warm(server, prompts, load)  # once a rate, untimed
+        served, wall = engines.serve(server, prompts, load)
+        metrics = serving_metrics(records(served, wall), slo)
+        met = metrics["slo_met"] == 1.0
+        shown(f"  {rate:.3g} requests/s, load {repeat + 1}: " + ", ".join(
+            f"{key} {metrics.get(key, float('nan')):.3g}" for key in slo) + ("" if met else " (SLO missed)"))
+        return met
+
+    bracket = search(meets, rates.low, rates.high, rates.steps, rates.repeats)
+    return bracket, time.perf_counter() - began
+
+
+def result(pair: str, config: ServingConfig, label: str, bracket: Bracket, seconds: float, rates: Range,
+           slo: dict) -> dict:
+    """One setting's entry of `sustained.json`."""
+    return {"pair": pair, "label": label, "config": config.to_dict(), "sustained_rate": bracket.sustained,
+            "failed_rate": bracket.failed, "probes": [list(p) for p in bracket.probes],
+            **dataclasses.asdict(rates), "slo": slo,
+            "overshoot_bound": overshoot_bound(rates.steps, rates.repeats),
+            "overshoot_bound_quarter": overshoot_bound(rates.steps, rates.repeats, 0.25), "engine_s": seconds}
+
+
+def run_log(entry: dict, parent: str, start_ms: int):
+    """A setting's result as an MLflow run nested under the sweep's `parent` run: its setting,
+    range and SLO as params; sustained_rate, failed_rate and engine_s as metrics (a rate the
+    search never found is left out); the probes as the series request_rate and loads_met."""
+    from orchestrator.sweep.tracking import TrialLog
+
+    params = {"pair": entry["pair"], **entry["config"],
+              **{k: entry[k] for k in ("low", "high", "steps", "repeats")},
+              **{f"slo.{k}": v for k, v in entry["slo"].items()}}
+    metrics = {k: entry[k] for k in ("sustained_rate", "failed_rate", "engine_s") if entry[k] is not None}
+    return TrialLog(name=f"sustain {entry['label']}", status="FINISHED", start_ms=start_ms,
+                    end_ms=int(time.time() * 1000), params=params, metrics=metrics, table=[],
+                    tags={"mlflow.parentRunId": parent, "specsweep.sustain": "1"},
+                    series={"request_rate": [p[0] for p in entry["probes"]],
+                            "loads_met": [p[1] for p in entry["probes"]]})
+
+
+def save(directory: Path, results: list[dict]) -> Path:
+    path = directory / RESULTS
+    write_atomic(path, json.dumps(results, indent=1))
+    return path
+
+
+def load_results(directory: Path) -> list[dict]:
+    """The sweep's sustained-rate results ([] before any search)."""
+    path = directory / RESULTS
+    return json.loads(path.read_text()) if path.is_file() else []

@@ -1,0 +1,35 @@
+import pytest
+
+from orchestrator.analysis.categories import categories, category_metrics
+from orchestrator.analysis.metrics import trial_metrics
+
+
+def record(category, accepted, iterations, drafted, tokens, wall, correct=1.0, **kw):
+    return dict(index=0, category=category, accepted=accepted, iterations=iterations, drafted=drafted,
+                new_tokens=tokens, wall_s=wall, correct=correct, **kw)
+
+
+def test_each_category_gets_its_own_acceptance_speed_and_accuracy():
+    rs = [record("arithmetic", 12, 3, 21, 16, 0.1), record("arithmetic", 6, 2, 14, 9, 0.1, correct=0.0),
+          record("prose", 1, 4, 28, 5, 0.2, correct=None)]
+    m = category_metrics(rs)
+    assert m["mean_accept_len.arithmetic"] == pytest.approx(18 / 5)
+    assert m["acceptance_rate.arithmetic"] == pytest.approx(18 / 35)
+    assert m["tokens_per_s.arithmetic"] == pytest.approx(25 / 0.2)
+    assert m["latency_s.prose"] == pytest.approx(0.2) and m["mean_accept_len.prose"] == pytest.approx(1 / 4)
+    assert m["accuracy.arithmetic"] == 0.5 and "accuracy.prose" not in m
+    assert categories(m) == ["arithmetic", "prose"]
+
+
+def test_counters_a_load_shares_give_no_acceptance_per_category():
+    """Above one request at a time vLLM's counters are the load's, on its first request."""
+    rs = [record("arithmetic", 9, 3, 21, 16, 0.1, shared_counters=True),
+          record("prose", 0, 0, 0, 5, 0.2, shared_counters=True)]
+    m = category_metrics(rs)
+    assert "mean_accept_len.arithmetic" not in m and "acceptance_rate.prose" not in m
+    assert m["tokens_per_s.prose"] == pytest.approx(25.0)
+
+
+def test_records_without_categories_add_nothing_to_the_trial_metrics():
+    plain = [{k: v for k, v in record("x", 1, 1, 1, 1, 1.0).items() if k != "category"}]
+    assert not [k for k in trial_metrics(plain) if "." in k]

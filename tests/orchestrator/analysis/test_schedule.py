@@ -1,0 +1,48 @@
+"""A schedule's switches, and the sign test that refuses one keeping its stated error rate,
+by simulation at every repeat count the export allows."""
+
+import math
+import random
+
+import pytest
+
+from orchestrator.analysis.schedule import MAX_REPEATS, Switch, always_slower, merged, refusal_error, switches
+
+RANGES = [[1, 1, 7], [2, 4, 3], [5, 16, 1]]
+
+
+def test_switches_sit_between_ranges_and_a_refused_one_merges_them():
+    assert switches(RANGES) == [Switch(1, 2, 7, 3), Switch(4, 5, 3, 1)]
+    assert merged(RANGES, Switch(4, 5, 3, 1), 3) == [[1, 1, 7], [2, 16, 3]]
+    assert merged(RANGES, Switch(1, 2, 7, 3), 7) == [[1, 4, 7], [5, 16, 1]]
+    assert switches([[1, 16, 3]]) == []
+
+
+def test_the_sign_test_needs_every_pair_slower():
+    assert always_slower([2.0, 2.1], [1.0, 2.0]) and not always_slower([2.0, 1.9], [1.0, 2.0])
+    assert not always_slower([], [])
+
+
+@pytest.mark.parametrize("repeats", range(1, MAX_REPEATS + 1))
+def test_a_switch_as_fast_as_the_other_n_is_refused_within_the_bound(repeats):
+    """Equal speed: both sides' loads from one noisy law (log-normal, drifting between pairs
+    as a machine does); a refusal is a sign test failing at either side."""
+    rng, runs = random.Random(repeats), 4000
+    refused = 0
+    for _ in range(runs):
+        sides = []
+        for _side in range(2):
+            drift = [math.exp(rng.gauss(0, 0.3)) for _ in range(repeats)]
+            ours = [d * math.exp(rng.gauss(0, 0.1)) for d in drift]
+            theirs = [d * math.exp(rng.gauss(0, 0.1)) for d in drift]
+            sides.append(always_slower(ours, theirs))
+        refused += any(sides)
+    bound = refusal_error(repeats)
+    assert refused / runs <= bound + 3 * math.sqrt(bound * (1 - bound) / runs) + 1e-9
+
+
+def test_a_clearly_slower_switch_is_refused():
+    rng = random.Random(0)
+    ours = [1.3 * math.exp(rng.gauss(0, 0.05)) for _ in range(5)]
+    theirs = [math.exp(rng.gauss(0, 0.05)) for _ in range(5)]
+    assert always_slower(ours, theirs)

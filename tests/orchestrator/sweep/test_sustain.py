@@ -1,0 +1,48 @@
+"""The sustained-rate search on a real vLLM server (`make vllm`), over a sweep's settings."""
+
+import json
+
+from mlflow.tracking import MlflowClient
+
+from orchestrator.cli import app
+from tests.needs_vllm import needs_vllm
+from tests.orchestrator.bad_input import one_line_error
+from tests.orchestrator.test_sweep_cli import GOOD, runner, write
+
+
+def test_bad_ranges_and_unknown_sweeps_are_refused_in_one_line(tmp_path):
+    root = ["--root", str(tmp_path)]
+    one_line_error(runner.invoke(app, ["sustain", "nosuch", *root, "--low", "4", "--high", "2"]),
+                   "--high: 2 must be above --low (4)")
+    one_line_error(runner.invoke(app, ["sustain", "nosuch", *root]), "sweep 'nosuch': no state")
+
+
+@needs_vllm[0]
+@needs_vllm[1]
+def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_rate(tmp_path):
+    data = {**GOOD, "name": "rated", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
+            "space": {"engine": ["vllm"], "method": ["dflash"], "num_speculative_tokens": [3],
+                      "concurrency": [2], "request_rate": [50.0], "max_new_tokens": 8},
+            "search": {"sampler": "grid", "trials": 1, "parallel": 1},
+            "objectives": {"request_goodput": "max", "tpot_p99_s": "min"},
+            "serving": {"slo": {"ttft_p99_s": 60.0, "tpot_p99_s": 60.0}}}  # every load meets it
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
+    experiment = client.get_experiment_by_name("rated").experiment_id
+    trial = next(r for r in client.search_runs([experiment]) if r.data.params.get("request_rate") == "50.0")
+    metrics = trial.data.metrics
+    assert metrics["request_goodput"] == metrics["request_throughput"] > 0 and metrics["slo_met"] == 1.0
+    assert {"ttft_p99_s", "tpot_p90_s", "itl_p50_s", "slo_attainment"} <= set(metrics)
+
+    result = runner.invoke(app, ["sustain", "rated", "--root", str(tmp_path), "--low", "1", "--high", "100",
+                                 "--steps", "1", "--repeats", "2"])
+    assert result.exit_code == 0, result.output
+    assert "sustained 100 requests/s" in result.output  # the highest rate, both its loads within the SLO
+    found = json.loads((tmp_path / ".specsweep/rated/sustained.json").read_text())
+    assert [(f["sustained_rate"], f["probes"]) for f in found] == [(100.0, [[100.0, 2, 2]])]
+    run = next(r for r in client.search_runs([experiment]) if r.data.tags.get("specsweep.sustain"))
+    assert run.data.metrics["sustained_rate"] == 100.0 and run.data.params["concurrency"] == "2"
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "loads_met")] == [2.0]
+    shown = runner.invoke(app, ["frontier", "rated", "--root", str(tmp_path)])
+    assert "req/s" in shown.output and "sustained rates within" in shown.output
