@@ -30,8 +30,9 @@ class Switch:
 
 
 def switches(ranges: list[list[int]]) -> list[Switch]:
-    """The switches of a schedule's ranges, in order."""
-    return [Switch(hi, hi + 1, n, n_next) for (_, hi, n), (_, _, n_next) in zip(ranges, ranges[1:])]
+    """The switches of a schedule's ranges, in order (neighbouring ranges of one n are none)."""
+    return [Switch(hi, hi + 1, n, n_next) for (_, hi, n), (_, _, n_next) in zip(ranges, ranges[1:])
+            if n != n_next]
 
 
 def always_slower(schedule_walls: list[float], single_walls: list[float]) -> bool:

@@ -53,7 +53,8 @@ def interleaved(ours: VllmServer, theirs: VllmServer, prompts: list[list[int]], 
 
 def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], max_new_tokens: int,
                    repeats: int, say: Callable[[str], None]) -> tuple[dict, dict]:
-    """(the schedule with its refused switches merged, what was measured)."""
+    """(the schedule with its refused switches merged: one n where none is left, None where
+    that n is 0; what was measured)."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
     base = {k: v for k, v in speculative.items() if k != "num_speculative_tokens_per_batch_size"}
     load = ServingConfig(method=speculative["method"], max_new_tokens=max_new_tokens,
@@ -86,9 +87,7 @@ def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], m
     written = {**base, "num_speculative_tokens": max(drafts)}
     if len(set(drafts)) > 1:
         written["num_speculative_tokens_per_batch_size"] = kept
-    else:
-        written["num_speculative_tokens"] = drafts[0]
-    return written, found
+    return (written if max(drafts) else None), found
 
 
 def _side(schedule: VllmServer, verifier: str, base: dict, other: int, prompts: list[list[int]],

@@ -16,6 +16,7 @@ def test_switches_sit_between_ranges_and_a_refused_one_merges_them():
     assert merged(RANGES, Switch(4, 5, 3, 1), 3) == [[1, 1, 7], [2, 16, 3]]
     assert merged(RANGES, Switch(1, 2, 7, 3), 7) == [[1, 4, 7], [5, 16, 1]]
     assert switches([[1, 16, 3]]) == []
+    assert switches([[1, 1, 3], [2, 4, 3], [5, 16, 0]]) == [Switch(4, 5, 3, 0)]
 
 
 def test_the_sign_test_needs_every_pair_slower():

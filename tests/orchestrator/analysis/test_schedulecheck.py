@@ -1,0 +1,32 @@
+"""A drafts schedule served by vLLM for real (`make vllm`) and measured at its switch."""
+
+from orchestrator.analysis.schedule import refusal_error
+from orchestrator.analysis.schedulecheck import check_schedule
+from tests.needs_vllm import needs_vllm
+from workloads.models.pair import load_pair
+from workloads.models.pairspec import BUNDLED, refs
+from workloads.tasks import get_task
+
+pytestmark = needs_vllm
+
+
+def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_speculation():
+    pair = load_pair("toy-dflash")
+    prompts = [pair.tokenizer(e.prompt).input_ids for e in get_task("arith").examples(n=4)]
+    checkpoints = refs(BUNDLED["toy-dflash"])
+    schedule = {"method": "dflash", "model": checkpoints["drafter"], "num_speculative_tokens": 3,
+                "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 4, 0]]}
+    said = []
+    written, found = check_schedule(checkpoints["verifier"], schedule, prompts, 8, 2, said.append)
+    (switch,) = found["switches"]
+    assert (switch["below"], switch["above"], switch["n_below"], switch["n_above"]) == (1, 2, 3, 0)
+    assert [(s["concurrency"], s["other_n"]) for s in switch["sides"]] == [(1, 0), (2, 3)]
+    assert all(len(s["schedule_wall_s"]) == len(s["other_wall_s"]) == 2 for s in switch["sides"])
+    assert found["refusal_error"] == refusal_error(2) == 0.5
+    assert found["smallest_n"]["n"] == 0 and found["smallest_n"]["concurrency"] == 4
+    assert found["smallest_n"]["throughput_ratio"] > 0
+    if switch["refused"]:  # merged into the n that beat it: 3, or no speculation at all
+        assert written is None or "num_speculative_tokens_per_batch_size" not in written
+    else:
+        assert written == schedule
+    assert len(said) == 3
