@@ -9,9 +9,9 @@ def category_metrics(records: list[dict]) -> dict[str, float]:
     """For each category c of the records that carry one (`category`), over c's prompts:
     mean_accept_len.c = Σaccepted / Σiterations and acceptance_rate.c = Σaccepted / Σdrafted
     (only where every prompt has counters of its own, not a load's shared ones);
-    tokens_per_s.c = Σnew_tokens / Σwall_s (each prompt's own completion time: speed as its
-    request sees it); latency_s.c = mean wall_s; accuracy.c = mean correct over scored
-    prompts. A figure without a defined value is left out."""
+    request_tps.c = mean of new_tokens / wall_s (each prompt's speed as its request sees it,
+    as serving's request_tps); latency_s.c = mean wall_s; accuracy.c = mean correct over
+    scored prompts. A figure without a defined value is left out."""
     groups: dict[str, list[dict]] = {}
     for r in records:
         if r.get("category") is not None:
@@ -19,10 +19,9 @@ def category_metrics(records: list[dict]) -> dict[str, float]:
     own = not any(r.get("shared_counters") for r in records)
     out: dict[str, float] = {}
     for category, rs in groups.items():
-        wall = sum(r["wall_s"] for r in rs)
-        out[f"latency_s.{category}"] = wall / len(rs)
-        if wall:
-            out[f"tokens_per_s.{category}"] = sum(r["new_tokens"] for r in rs) / wall
+        out[f"latency_s.{category}"] = sum(r["wall_s"] for r in rs) / len(rs)
+        if all(r["wall_s"] > 0 for r in rs):
+            out[f"request_tps.{category}"] = sum(r["new_tokens"] / r["wall_s"] for r in rs) / len(rs)
         iterations = sum(r.get("iterations", 0) for r in rs)
         drafted = sum(r.get("drafted", 0) for r in rs)
         if own and iterations:

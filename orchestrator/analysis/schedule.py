@@ -8,7 +8,8 @@ n_i+1) against single n_i; loads interleaved A B B A ..., R pairs. A switch is r
 at either side, the schedule was slower in every one of the R pairs: a sign test, so where
 the two are equally fast (their loads exchangeable) it refuses with chance at most 2 · 2^-R
 (R = 5: 6.25%; `refusal_error`); tests/orchestrator/analysis/test_schedule.py checks it by
-simulation at every R the export allows.
+simulation at every R the export allows. A refused switch moves by one batch size towards
+the side it lost at (`moved`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,18 @@ def refusal_error(repeats: int) -> float:
     return min(1.0, 2 * 0.5 ** repeats)
 
 
-def merged(ranges: list[list[int]], refused: Switch, n: int) -> list[list[int]]:
-    """The ranges with `refused` removed: the two ranges it joined become one drafting `n`
-    (the single n that beat the schedule there)."""
-    out: list[list[int]] = []
-    for lo, hi, drafts in ranges:
-        if lo == refused.above:  # the range after the switch joins the one before it
-            out[-1] = [out[-1][0], hi, n]
-        else:
-            out.append([lo, hi, drafts])
+def moved(ranges: list[list[int]], refused: Switch, lost_at: int) -> list[list[int]]:
+    """The ranges with `refused` moved by one batch size, so the n that beat the schedule at
+    `lost_at` (one side of the switch) drafts there: lost at `below`, that size goes to
+    n_above; lost at `above`, to n_below. A range left empty is dropped; the other sizes keep
+    the n the sweep chose for them."""
+    shift = -1 if lost_at == refused.below else 1
+    out = []
+    for lo, hi, n in ranges:
+        if hi == refused.below:
+            hi += shift
+        elif lo == refused.above:
+            lo += shift
+        if lo <= hi:
+            out.append([lo, hi, n])
     return out

@@ -4,11 +4,11 @@ of running speculation at the schedule's smallest n against a server without it.
 
 At a side c of a switch the schedule's server and a server of the n it does not draft at c
 serve the trial's prompts at concurrency c (all at once), R times each, in the order A B B A
-...; a switch where the schedule's load was slower in every pair, at either side, is refused:
-its two ranges merge into one drafting the n that beat it. Then, at the schedule's largest
-concurrency, its server against vLLM without speculation, R pairs: `smallest_n`. Everything
-goes into the file under `vllm.schedule_check`; the `speculative_config` written is the
-schedule with its refused switches merged.
+...; a switch where the schedule's load was slower in every pair at one side is refused: it
+moves by one batch size, so the n that beat the schedule there drafts there. Then, where the
+schedule drafts its smallest n, its server against vLLM without speculation, R pairs:
+`smallest_n`. Everything goes into the file under `vllm.schedule_check`; the
+`speculative_config` written is the schedule with its refused switches moved.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.analysis.schedule import Switch, always_slower, merged, refusal_error, switches
+from orchestrator.analysis.schedule import always_slower, moved, refusal_error, switches
 from orchestrator.engines import VLLM
 from workloads.serving.config import ServingConfig
 from workloads.serving.load import serve, switch, warm
@@ -52,37 +52,44 @@ def interleaved(ours: VllmServer, theirs: VllmServer, prompts: list[list[int]], 
 
 
 def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], max_new_tokens: int,
-                   repeats: int, say: Callable[[str], None]) -> tuple[dict, dict]:
-    """(the schedule with its refused switches merged: one n where none is left, None where
-    that n is 0; what was measured)."""
+                   repeats: int, say: Callable[[str], None]) -> tuple[dict | None, dict]:
+    """(the schedule with its refused switches moved, None where it no longer speculates;
+    what was measured). A side above the number of prompts is skipped: its loads could not
+    hold that many requests in flight."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
     base = {k: v for k, v in speculative.items() if k != "num_speculative_tokens_per_batch_size"}
     load = ServingConfig(method=speculative["method"], max_new_tokens=max_new_tokens,
                          num_speculative_tokens=speculative["num_speculative_tokens"])
     found: dict = {"repeats": repeats, "refusal_error": refusal_error(repeats), "switches": []}
     kept = [list(r) for r in ranges]
+    servers = Singles(verifier, base)
     schedule = _server(verifier, speculative)
     try:
         for point in switches(ranges):
             entry = {"below": point.below, "above": point.above, "n_below": point.n_below,
                      "n_above": point.n_above, "sides": []}
-            beaten_by = None
             for concurrency, other in ((point.below, point.n_above), (point.above, point.n_below)):
-                ours, theirs = _side(schedule, verifier, base, other, prompts, load, concurrency, repeats)
+                if concurrency > len(prompts):
+                    entry["sides"].append({"concurrency": concurrency, "skipped": f"above the {len(prompts)} "
+                                           "prompts: a load cannot hold that many in flight"})
+                    continue
+                ours, theirs = interleaved(schedule, servers.of(other), prompts,
+                                           replace(load, concurrency=concurrency), repeats)
                 slower = always_slower(ours, theirs)
                 entry["sides"].append({"concurrency": concurrency, "other_n": other, "schedule_wall_s": ours,
                                        "other_wall_s": theirs, "schedule_always_slower": slower})
                 say(f"  switch {point.n_below}->{point.n_above} at {point.below}|{point.above}, concurrency "
                     f"{concurrency}: schedule {statistics.median(ours):.3f} s, n={other} "
                     f"{statistics.median(theirs):.3f} s" + (" (schedule slower in every pair)" * slower))
-                beaten_by = other if slower and beaten_by is None else beaten_by
-            entry["refused"] = beaten_by is not None
-            if beaten_by is not None:
-                kept = merged(kept, Switch(point.below, point.above, point.n_below, point.n_above), beaten_by)
+            lost = [s["concurrency"] for s in entry["sides"] if s.get("schedule_always_slower")]
+            entry["refused"] = len(lost) == 1  # lost at both sides: no side to move it towards
+            if entry["refused"]:
+                kept = moved(kept, point, lost[0])
             found["switches"].append(entry)
-        found["smallest_n"] = _smallest(schedule, verifier, ranges, prompts, load, repeats, say)
+        found["smallest_n"] = _smallest(schedule, servers.of(0), ranges, prompts, load, repeats, say)
     finally:
         schedule.stop()
+        servers.stop()
     drafts = [n for _, _, n in kept]
     written = {**base, "num_speculative_tokens": max(drafts)}
     if len(set(drafts)) > 1:
@@ -90,25 +97,32 @@ def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], m
     return (written if max(drafts) else None), found
 
 
-def _side(schedule: VllmServer, verifier: str, base: dict, other: int, prompts: list[list[int]],
-          load: ServingConfig, concurrency: int, repeats: int) -> tuple[list[float], list[float]]:
-    """The schedule against a server of single n `other` (none at 0) at `concurrency`."""
-    single = _server(verifier, {**base, "num_speculative_tokens": other} if other else None)
-    try:
-        return interleaved(schedule, single, prompts, replace(load, concurrency=concurrency), repeats)
-    finally:
-        single.stop()
+class Singles:
+    """Servers of one n each (0: no speculation) over the schedule's verifier and drafter,
+    started the first time they are asked for, so each starts once."""
+
+    def __init__(self, verifier: str, base: dict):
+        self.verifier, self.base, self.servers = verifier, base, {}
+
+    def of(self, n: int) -> VllmServer:
+        if n not in self.servers:
+            drafting = {**self.base, "num_speculative_tokens": n} if n else None
+            self.servers[n] = _server(self.verifier, drafting)
+        return self.servers[n]
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
 
 
-def _smallest(schedule: VllmServer, verifier: str, ranges: list[list[int]], prompts: list[list[int]],
+def _smallest(schedule: VllmServer, plain: VllmServer, ranges: list[list[int]], prompts: list[list[int]],
               load: ServingConfig, repeats: int, say: Callable[[str], None]) -> dict:
-    """The schedule at its largest concurrency (its last range's n) against no speculation."""
-    concurrency, n = min(ranges[-1][1], len(prompts)), ranges[-1][2]
-    plain = _server(verifier, None)
-    try:
-        ours, theirs = interleaved(schedule, plain, prompts, replace(load, concurrency=concurrency), repeats)
-    finally:
-        plain.stop()
+    """The schedule where it drafts its smallest n (the largest concurrency of that n's last
+    range, at most the number of prompts) against no speculation: the cost of having
+    speculation on there (vLLM issue 49548's case when that n is 0)."""
+    _, hi, n = min(reversed(ranges), key=lambda r: r[2])
+    concurrency = min(hi, len(prompts))
+    ours, theirs = interleaved(schedule, plain, prompts, replace(load, concurrency=concurrency), repeats)
     ratio = statistics.median(theirs) / statistics.median(ours)
     say(f"  speculation on at n={n} (concurrency {concurrency}): {ratio:.2f}x the speed of vLLM without it")
     return {"concurrency": concurrency, "n": n, "schedule_wall_s": ours, "none_wall_s": theirs,
@@ -120,10 +134,9 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
     prompts; write the merged schedule and the measurements back into the file."""
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.analysis.verify import read_export
+    from orchestrator.analysis.verify import prompt_ids, read_export
     from orchestrator.files import write_yaml
     from orchestrator.stored import logged_records
-    from workloads.models.pair import load_tokenizer
     from workloads.models.pairspec import refs
 
     path = out / "by_batch_size.yaml"
@@ -134,9 +147,7 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
         return
     first = next(iter(table["by_batch_size"].values()))
     records = logged_records(MlflowClient(uri), first["provenance"]["mlflow_run_id"]) or []
-    tokenizer = load_tokenizer(first["pair"])
-    ordered = sorted(records, key=lambda r: r["index"])
-    prompts = [tokenizer(r["prompt"], verbose=False).input_ids for r in ordered]
+    prompts = prompt_ids(first["pair"], [r["prompt"] for r in records])
     say(f"by_batch_size.yaml: checking its drafts schedule at each switch, {repeats} loads a side "
         f"(a switch as fast as the other n is refused with chance <= {refusal_error(repeats):.3g})")
     speculative = table[VLLM.section]["speculative_config"]
@@ -146,6 +157,6 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
                if s["refused"]]
     table[VLLM.section] = {"speculative_config": written, "schedule_check": found}
     write_yaml(path, table)
-    say("by_batch_size.yaml: " + (f"refused {', '.join(refused)}; the schedule written merges them: "
-                                  f"{written.get('num_speculative_tokens_per_batch_size', written)}"
+    now = written.get("num_speculative_tokens_per_batch_size", written) if written else "no speculation"
+    say("by_batch_size.yaml: " + (f"refused {', '.join(refused)}; the schedule written moves them: {now}"
                                   if refused else "every switch kept"))

@@ -104,7 +104,7 @@ def _serving(pair: str | dict, speculative: dict) -> Iterator[VllmServer]:
         server.stop()
 
 
-def _ids(pair: str | dict, prompts: list[str]) -> list[list[int]]:
+def prompt_ids(pair: str | dict, prompts: list[str]) -> list[list[int]]:
     tokenizer = load_tokenizer(pair)
     return [tokenizer(p, verbose=False).input_ids for p in prompts]
 
@@ -114,7 +114,7 @@ def verify(document: dict, records: list[dict]) -> Conformance:
     vLLM server started with the export's setting; compare each with its record."""
     config = serving_config(document)
     with _serving(document["pair"], document["serving"][VLLM.section]["speculative_config"]) as server:
-        theirs = served(server, _ids(document["pair"], [r["prompt"] for r in records]), config)
+        theirs = served(server, prompt_ids(document["pair"], [r["prompt"] for r in records]), config)
         kernel_check = server.kernel_check()
     ours = [Decoded.of(r) for r in records]
     if per_load(document["config"]):
@@ -130,7 +130,7 @@ def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> 
     holding 1. One line."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
     with _serving(pair, speculative) as server:
-        alone, _ = serve(server, _ids(pair, prompts),
+        alone, _ = serve(server, prompt_ids(pair, prompts),
                          ServingConfig(method=speculative["method"], max_new_tokens=16,
                                        num_speculative_tokens=speculative["num_speculative_tokens"]))
     want = ranges[0][2]

@@ -61,7 +61,9 @@ def sustain(
     results = []
     try:
         for pair, config in found:
-            label = f"{pair} {VLLM.label(config.to_dict())} c={config.concurrency}"
+            label = f"{pair} {VLLM.label(config.to_dict())} c={config.concurrency}" + (
+                f" b={config.burstiness:g}" if config.burstiness != 1 else "") + (
+                f" T={config.temperature:g}" if config.temperature else "")
             typer.echo(label)
             tokenizer = load_tokenizer(next(p.load_spec() for p in spec.pairs if p.name == pair))
             ids = [tokenizer(prompts[pair][e.index], verbose=False).input_ids for e in examples]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from orchestrator.analysis.schedule import MAX_REPEATS
 from orchestrator.errors import user_errors
 
 ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sweep state, local MLflow).")
@@ -179,7 +180,7 @@ def _report(console, spec, driver, study, seconds: float) -> None:
         console.print(driver.progress.note)
 
 
-def _sustained_table(spec, results: list[dict]):
+def _sustained_table(results: list[dict]):
     """`specsweep sustain`'s results, highest sustained rate first: each setting's highest
     rate whose loads all met the SLO, the lowest that missed it, the rates probed."""
     from rich import box
@@ -261,7 +262,7 @@ def frontier_cmd(
     console.print(_table(f"frontier of {name}{at}", spec, rows))
     sustained = load_results(state_dir(root, name))
     if sustained:
-        console.print(_sustained_table(spec, sustained))
+        console.print(_sustained_table(sustained))
 
 
 @user_errors
@@ -282,7 +283,7 @@ def export(
     predict_vllm: str = typer.Option(None, "--predict-vllm", metavar="SERVING_SWEEP",
                                      help="Write into each config vLLM has no setting for its vLLM speed "
                                      "predicted from this vLLM sweep of the pair (marked predicted)."),
-    check_schedule: int = typer.Option(0, "--check-schedule", min=0, max=9, metavar="R",
+    check_schedule: int = typer.Option(0, "--check-schedule", min=0, max=MAX_REPEATS, metavar="R",
                                        help="Serve by_batch_size.yaml's drafts schedule in vLLM at both "
                                        "sides of each switch against the other n, R loads each; refuse "
                                        "(merge) a switch the schedule loses at."),

@@ -46,6 +46,8 @@ class VllmEngine(Engine):
                     ServingConfig(**{key: value})
                 except ServingError as err:
                     return f"spec: space.{err}"
+        if "burstiness" in dims and "request_rate" not in dims:
+            return "spec: space.burstiness: shapes the arrivals of space.request_rate; list a rate too"
         speculative = set(dims.get("method", ["none"])) - {"none"}
         if speculative and "num_speculative_tokens" not in dims:
             return "spec: space.num_speculative_tokens: needed with a speculative method (e.g. [3, 7])"

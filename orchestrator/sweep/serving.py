@@ -1,18 +1,18 @@
 """A worker's shards under the `vllm` engine: its servers, and a shard's records and controls.
 
-A worker keeps, per pair, one vLLM server with the trial's speculative settings and one
-without speculation, the control; a trial whose settings differ restarts the first (the start
-time goes into the shard's result, so the run logs it). A shard is served as one load at the
-trial's concurrency (after an untimed load the first time a server serves that concurrency:
-load.warm), then the same prompts as one load on the control server at the same concurrency,
-timed back to back with it (the honest-ratio rule of specsweep's `ar` controls; under a request
-rate the control's requests arrive at the same seeded times), each once the other server has
-stopped polling (load.switch); with `serving.repeats` R, each side R times in the order A B B A
-A B ..., each side's median wall kept. Each record is one request (its TTFT, TPOT, ITL gaps and
-latency); the shard is one batch, whose wall time is the load's. Requests sent one after
-another (concurrency 1, no rate) have their own spec-decode counters; otherwise the shard's
-counters go on its first record, so they sum over a trial as specsweep's do.
-"""
+A worker keeps, per pair, one vLLM server with the trial's speculative settings and one without
+speculation, the control; a trial whose settings differ restarts the first (the start time goes
+into the shard's result, so the run logs it). A shard is served as one load at the trial's
+concurrency (after an untimed load the first time a server serves that load shape, its
+concurrency and request rate: load.warm), then the same prompts as one load on the control
+server at the same concurrency, timed back to back with it (the honest-ratio rule of
+specsweep's `ar` controls; under a request rate the control's requests arrive at the same
+seeded times), each once the other server has stopped polling (load.switch); with
+`serving.repeats` R, each side R times in the order A B B A A B ..., each side's median wall
+kept. Each record is one request (its TTFT, TPOT, ITL gaps and latency); the shard is one
+batch, whose wall time is the load's. Requests sent one after another (concurrency 1, no rate)
+have their own spec-decode counters; otherwise the shard's counters go on its first record, so
+they sum over a trial as specsweep's do."""
 
 from __future__ import annotations
 

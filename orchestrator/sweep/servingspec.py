@@ -41,13 +41,16 @@ class ServingSpec(BaseModel):
 
 def serving_metrics_error(spec, dims: dict[str, list], named: list[str]) -> str | None:
     """Why the metrics `named` by objectives and constraints, or the SLO, cannot be measured:
-    serving metrics and SLOs only where a serving engine measures them; goodput needs an SLO."""
-    served = any(e.served for e in listed(dims))
-    if not served and spec.serving.slo:
+    serving metrics only where every listed engine serves (another engine's trials would lack
+    them), an SLO only with a serving engine; goodput needs an SLO."""
+    engines = listed(dims)
+    if not any(e.served for e in engines) and spec.serving.slo:
         return "spec: serving.slo: needs a serving engine (space.engine: [vllm])"
     for name in named:
-        if name in SERVING_METRICS and not served:
-            return f"spec: {name}: measured by a serving engine only; add vllm to space.engine"
+        unserved = [e.name for e in engines if not e.served]
+        if name in SERVING_METRICS and unserved:
+            return (f"spec: {name}: measured by a serving engine only; space.engine lists {unserved[0]}, "
+                    "whose trials would have none")
         if name in SLO_METRICS and not spec.serving.slo:
             return (f"spec: {name}: counts requests within serving.slo; state one "
                     "(e.g. slo: {ttft_p99_s: 0.5, tpot_p99_s: 0.05})")

@@ -2,14 +2,13 @@
 space, the highest request rate whose loads all meet the sweep's SLO (`serving.slo`), found by
 bisection along the rate (analysis/sustain.py states the rule and its error rates).
 
-A setting is the space's method, num_speculative_tokens, concurrency (the bound on requests
-in flight), burstiness and sampling; its rate is what the search varies. Each load is the
-sweep's prompts arriving at the probed rate, repeat i with arrival seed `seed + i`, so repeats
-differ in their arrivals as traffic does. It runs in the driver's process on one server at a
-time; each setting becomes a run nested under the sweep's MLflow parent run (its probes as
-the series `request_rate` and `loads_met`), and every result goes to `sustained.json` in the
-sweep's directory, which `frontier` shows.
-"""
+A setting is the space's method, num_speculative_tokens, concurrency (the bound on requests in
+flight), burstiness and sampling; its rate is what the search varies. Each load is the sweep's
+prompts arriving at the probed rate, repeat i with seed `seed + i`, so repeats differ in their
+arrivals as traffic does (and, above temperature 0, in their sampling). It runs in the driver's
+process on one server at a time; each setting becomes a run nested under the sweep's MLflow
+parent run (its probes as the series `request_rate` and `loads_met`), and every result goes to
+`sustained.json` in the sweep's directory, which `frontier` shows."""
 
 from __future__ import annotations
 

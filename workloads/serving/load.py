@@ -22,9 +22,10 @@ from workloads.serving.vllm import Counters, VllmServer
 @dataclass(frozen=True)
 class Served:
     """One request: the tokens it streamed back (stop and special tokens included), their
-    text, its time to first token and end-to-end latency, why it ended, the gaps between the
-    chunks it streamed after the first (a chunk holds every token one step accepted), and,
-    when requests went one at a time, its own spec-decode counters."""
+    text, its time to first token and end-to-end latency (from its arrival under a request
+    rate), why it ended, the gaps between the chunks it streamed after the first (a chunk
+    holds every token one step accepted), how long it waited for a slot, and, when requests
+    went one at a time, its own spec-decode counters."""
 
     token_ids: list[int]
     text: str
@@ -32,6 +33,7 @@ class Served:
     wall_s: float
     finish_reason: str
     itl_s: list[float] = field(default_factory=list)
+    queue_s: float = 0.0  # from its arrival to when it was sent (a load at a rate, bound reached)
     counters: Counters | None = None
 
     @property
@@ -45,7 +47,7 @@ class Served:
         where the request had its own."""
         out = {"text": self.text, "token_ids": self.token_ids, "new_tokens": len(self.token_ids),
                "wall_s": self.wall_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "itl_s": self.itl_s,
-               "exact": True,
+               "queue_s": self.queue_s, "exact": True,
                "stop_reason": "length" if self.finish_reason == "length" else "stop"}
         if self.counters is not None:
             out.update(iterations=self.counters.iterations, drafted=self.counters.drafted,
@@ -53,13 +55,17 @@ class Served:
         return out
 
 
-def _stream(server: VllmServer, prompt: list[int], config: ServingConfig) -> Served:
+def _stream(server: VllmServer, prompt: list[int], config: ServingConfig, arrived: float | None = None
+            ) -> Served:
+    """One streamed request; its TTFT and latency count from `arrived` (a perf_counter time:
+    when it arrived, before it waited for a slot) where given, else from when it is sent."""
     body = {"model": server.settings.model, "prompt": prompt, "max_tokens": config.max_new_tokens,
             "temperature": config.temperature, "seed": config.seed, "stop": list(config.stop),
             "stream": True, "return_token_ids": True, "skip_special_tokens": False}
     tokens: list[int] = []
     text, finish, first, gaps = [], "length", None, []
-    began = last = time.perf_counter()
+    sent = last = time.perf_counter()
+    began = sent if arrived is None else arrived
     with requests.post(f"{server.url}/v1/completions", json=body, stream=True, timeout=600) as response:
         if response.status_code != 200:
             raise ServingError(f"engine: vllm refused a request ({response.status_code}): "
@@ -79,7 +85,7 @@ def _stream(server: VllmServer, prompt: list[int], config: ServingConfig) -> Ser
                 text.append(choice.get("text") or "")
                 finish = choice.get("finish_reason") or finish
     wall = time.perf_counter() - began
-    return Served(tokens, "".join(text), wall if first is None else first, wall, finish, gaps)
+    return Served(tokens, "".join(text), wall if first is None else first, wall, finish, gaps, sent - began)
 
 
 def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -92,15 +98,17 @@ def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[floa
 
 def _at_rate(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> list[Served]:
     """Each prompt queued at its arrival time (`arrivals`) for one of `concurrency` senders,
-    so it waits while that many requests are in flight; a request's TTFT and latency count
-    from when it was sent."""
+    so it waits while that many requests are in flight. A request's TTFT and latency count
+    from its arrival, its wait for a slot included (`queue_s`), as a server's own queue
+    would count it; `vllm bench serve --max-concurrency` starts the clock when it sends, which
+    past saturation hides the wait and keeps TTFT flat however fast requests arrive."""
     times = arrivals(len(prompts), config.request_rate, config.burstiness, config.seed)
     began = time.perf_counter()
     with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
         sent = []
         for prompt, at in zip(prompts, times, strict=True):
             time.sleep(max(0.0, began + at - time.perf_counter()))
-            sent.append(pool.submit(_stream, server, prompt, config))
+            sent.append(pool.submit(_stream, server, prompt, config, began + at))
         return [request.result() for request in sent]
 
 

@@ -4,8 +4,8 @@ a drafter accepts more of arithmetic it was trained on than of prose).
 
 Categories: `arithmetic` (arith), `code` (humaneval's format over the bundled one-line
 functions of data/code.jsonl, short enough for the toy pairs' 256 positions; scored by their
-tests in the sandbox) and `prose` (writing, the bundled prompts). n examples are n // 3 of
-each (the first categories take the remainder), interleaved; an example keeps its own
+tests in the sandbox) and `prose` (writing, the bundled prompts). n examples (3 to 36) are
+n // 3 of each (the first categories take the remainder), interleaved; an example keeps its own
 task's prompt, answer and scorer. Its index is 1,000,000 · category + its index in its own
 task, stable across subsets.
 """
@@ -21,6 +21,7 @@ from workloads.tasks.coding import HumanEval
 from workloads.tasks.writing import Writing
 
 CODE = Path(__file__).with_name("data") / "code.jsonl"
+MOST = 36  # 12 of each category: the bundled code and prose sets hold 12 prompts each
 STRIDE = 1_000_000  # above every index of the tasks mixed (a task's limit is at most 1,000,000)
 
 
@@ -37,9 +38,9 @@ class Mix(Task):
 
     def examples(self, split: str = "test", n: int | None = 100, seed: int = 0) -> list[Example]:
         check_split(split, ("test",))
-        if n is None or n < len(self.tasks):
-            raise ValueError(f"n: mix takes at least one example of each of its {len(self.tasks)} "
-                             f"categories; got {n}")
+        if n is None or not len(self.tasks) <= n <= MOST:
+            raise ValueError(f"n: mix takes {len(self.tasks)} to {MOST} examples (one to 12 of each "
+                             f"category: the bundled code and prose prompts are 12 each); got {n}")
         counts = [n // len(self.tasks) + (k < n % len(self.tasks)) for k in range(len(self.tasks))]
         parts = [[self._label(k, e) for e in task.examples(split, count, seed)]
                  for k, (task, count) in enumerate(zip(self.tasks, counts, strict=True))]

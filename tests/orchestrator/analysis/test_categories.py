@@ -15,7 +15,7 @@ def test_each_category_gets_its_own_acceptance_speed_and_accuracy():
     m = category_metrics(rs)
     assert m["mean_accept_len.arithmetic"] == pytest.approx(18 / 5)
     assert m["acceptance_rate.arithmetic"] == pytest.approx(18 / 35)
-    assert m["tokens_per_s.arithmetic"] == pytest.approx(25 / 0.2)
+    assert m["request_tps.arithmetic"] == pytest.approx((16 / 0.1 + 9 / 0.1) / 2)
     assert m["latency_s.prose"] == pytest.approx(0.2) and m["mean_accept_len.prose"] == pytest.approx(1 / 4)
     assert m["accuracy.arithmetic"] == 0.5 and "accuracy.prose" not in m
     assert categories(m) == ["arithmetic", "prose"]
@@ -27,7 +27,7 @@ def test_counters_a_load_shares_give_no_acceptance_per_category():
           record("prose", 0, 0, 0, 5, 0.2, shared_counters=True)]
     m = category_metrics(rs)
     assert "mean_accept_len.arithmetic" not in m and "acceptance_rate.prose" not in m
-    assert m["tokens_per_s.prose"] == pytest.approx(25.0)
+    assert m["request_tps.prose"] == pytest.approx(25.0)
 
 
 def test_records_without_categories_add_nothing_to_the_trial_metrics():

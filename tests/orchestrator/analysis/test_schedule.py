@@ -6,15 +6,20 @@ import random
 
 import pytest
 
-from orchestrator.analysis.schedule import MAX_REPEATS, Switch, always_slower, merged, refusal_error, switches
+from orchestrator.analysis.schedule import MAX_REPEATS, Switch, always_slower, moved, refusal_error, switches
 
 RANGES = [[1, 1, 7], [2, 4, 3], [5, 16, 1]]
 
 
-def test_switches_sit_between_ranges_and_a_refused_one_merges_them():
+def test_switches_sit_between_ranges_and_a_refused_one_moves_towards_where_it_lost():
     assert switches(RANGES) == [Switch(1, 2, 7, 3), Switch(4, 5, 3, 1)]
-    assert merged(RANGES, Switch(4, 5, 3, 1), 3) == [[1, 1, 7], [2, 16, 3]]
-    assert merged(RANGES, Switch(1, 2, 7, 3), 7) == [[1, 4, 7], [5, 16, 1]]
+    # lost at 5 (above): n = 3 drafts there; lost at 4 (below): n = 1 drafts there
+    assert moved(RANGES, Switch(4, 5, 3, 1), 5) == [[1, 1, 7], [2, 5, 3], [6, 16, 1]]
+    assert moved(RANGES, Switch(4, 5, 3, 1), 4) == [[1, 1, 7], [2, 3, 3], [4, 16, 1]]
+    # a one-size range left empty is dropped; two refusals in a row keep each other's move
+    once = moved(RANGES, Switch(1, 2, 7, 3), 1)
+    assert once == [[1, 4, 3], [5, 16, 1]]
+    assert moved(once, Switch(4, 5, 3, 1), 5) == [[1, 5, 3], [6, 16, 1]]
     assert switches([[1, 16, 3]]) == []
     assert switches([[1, 1, 3], [2, 4, 3], [5, 16, 0]]) == [Switch(4, 5, 3, 0)]
 

@@ -17,16 +17,19 @@ def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_specu
     schedule = {"method": "dflash", "model": checkpoints["drafter"], "num_speculative_tokens": 3,
                 "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 4, 0]]}
     said = []
-    written, found = check_schedule(checkpoints["verifier"], schedule, prompts, 8, 2, said.append)
+    written, found = check_schedule(checkpoints["verifier"], schedule, prompts, 8, 1, said.append)
     (switch,) = found["switches"]
     assert (switch["below"], switch["above"], switch["n_below"], switch["n_above"]) == (1, 2, 3, 0)
     assert [(s["concurrency"], s["other_n"]) for s in switch["sides"]] == [(1, 0), (2, 3)]
-    assert all(len(s["schedule_wall_s"]) == len(s["other_wall_s"]) == 2 for s in switch["sides"])
-    assert found["refusal_error"] == refusal_error(2) == 0.5
+    assert all(len(s["schedule_wall_s"]) == len(s["other_wall_s"]) == 1 for s in switch["sides"])
+    assert found["refusal_error"] == refusal_error(1) == 1.0
     assert found["smallest_n"]["n"] == 0 and found["smallest_n"]["concurrency"] == 4
     assert found["smallest_n"]["throughput_ratio"] > 0
-    if switch["refused"]:  # merged into the n that beat it: 3, or no speculation at all
-        assert written is None or "num_speculative_tokens_per_batch_size" not in written
-    else:
-        assert written == schedule
+    lost = [s["concurrency"] for s in switch["sides"] if s["schedule_always_slower"]]
+    if lost == [1]:  # moved towards where it lost: no speculation at 1 too, so none at all
+        assert written is None
+    elif lost == [2]:  # n = 3 at 2 too
+        assert written["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 4, 0]]
+    else:  # kept where it lost nowhere, or at both sides (no side to move it towards)
+        assert written == schedule and not switch["refused"]
     assert len(said) == 3

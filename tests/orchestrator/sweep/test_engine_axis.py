@@ -58,6 +58,7 @@ def test_both_engines_side_by_side():
     ({**SERVED, "request_rate": [2, 0]}, "spec: space.request_rate: must be a finite number > 0; got 0"),
     ({**SERVED, "burstiness": ["bursty"]}, "spec: space.burstiness: must be a finite number > 0"),
     ({"steps": [1], "request_rate": [4]}, "spec: space.request_rate: a vLLM setting; add vllm"),
+    ({**SERVED, "burstiness": [0.5]}, "spec: space.burstiness: shapes the arrivals of space.request_rate"),
 ])
 def test_what_vllm_has_no_setting_for_is_refused_in_one_line(space, starts):
     with pytest.raises(SpecError) as err:
@@ -90,6 +91,9 @@ def test_serving_metrics_and_slos_need_a_serving_engine():
         spec({"steps": [1, 2]}, serving={"slo": {"ttft_p99_s": 1}})
     with pytest.raises(SpecError, match="^spec: ttft_p99_s: measured by a serving engine only"):
         spec({"steps": [1, 2]}, constraints=["ttft_p99_s <= 1"])
+    with pytest.raises(SpecError, match="^spec: request_goodput: .* space.engine lists specsweep"):
+        spec({"engine": ["specsweep", "vllm"], "steps": [1], "method": ["none"]},
+             serving={"slo": {"ttft_p99_s": 1}}, objectives={"request_goodput": "max", "accuracy": "max"})
     slo = spec(SERVED, serving={"slo": {"ttft_p99_s": 0.5}}, constraints=["tpot_p99_s <= 0.1"])
     assert slo.serving.slo == {"ttft_p99_s": 0.5}
 

@@ -34,7 +34,7 @@ def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
     config = ServingConfig(concurrency=4, max_new_tokens=32)
     prompts = _prompts(8)
     try:
-        server, started = engines.server("toy-dflash", config, prompts[0])
+        server, started = engines.server("toy-dflash", config, prompts)
         before, _ = engines.serve(server, prompts, config)
         assert started > 0 and engines.restarts == 0
         long = ServingConfig(concurrency=4, max_new_tokens=160)
@@ -49,11 +49,11 @@ def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
             with pytest.raises(Exception):  # noqa: B017 (a refused, cut or failed stream: vLLM's choice)
                 load.result(timeout=300)
         assert not server.alive()
-        again, started = engines.server("toy-dflash", config, prompts[0])
+        again, started = engines.server("toy-dflash", config, prompts)
         assert again is not server and started > 0 and engines.restarts == 1
         after, _ = engines.serve(again, prompts, config)
         assert [s.token_ids for s in after] == [s.token_ids for s in before]  # greedy: the same tokens
-        same, started = engines.server("toy-dflash", config, prompts[0])
+        same, started = engines.server("toy-dflash", config, prompts)
         assert same is again and started == 0 and engines.restarts == 1  # alive: kept
     finally:
         engines.close()

@@ -5,6 +5,7 @@ import json
 from mlflow.tracking import MlflowClient
 
 from orchestrator.cli import app
+from orchestrator.stored import logged_records
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.bad_input import one_line_error
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
@@ -21,8 +22,9 @@ def test_bad_ranges_and_unknown_sweeps_are_refused_in_one_line(tmp_path):
 @needs_vllm[1]
 def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_rate(tmp_path):
     data = {**GOOD, "name": "rated", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
-            "space": {"engine": ["vllm"], "method": ["dflash"], "num_speculative_tokens": [3],
-                      "concurrency": [2], "request_rate": [50.0], "max_new_tokens": 8},
+            # without speculation a trial is served by its control's server: one start, not two
+            "space": {"engine": ["vllm"], "method": ["none"], "concurrency": [2], "request_rate": [50.0],
+                      "max_new_tokens": 8},
             "search": {"sampler": "grid", "trials": 1, "parallel": 1},
             "objectives": {"request_goodput": "max", "tpot_p99_s": "min"},
             "serving": {"slo": {"ttft_p99_s": 60.0, "tpot_p99_s": 60.0}}}  # every load meets it
@@ -34,6 +36,9 @@ def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_
     metrics = trial.data.metrics
     assert metrics["request_goodput"] == metrics["request_throughput"] > 0 and metrics["slo_met"] == 1.0
     assert {"ttft_p99_s", "tpot_p90_s", "itl_p50_s", "slo_attainment"} <= set(metrics)
+    records = logged_records(client, trial.info.run_id)
+    # TTFT counts from each request's arrival, its wait for a slot included
+    assert len(records) == 4 and all(r["queue_s"] >= 0 and r["ttft_s"] >= r["queue_s"] for r in records)
 
     result = runner.invoke(app, ["sustain", "rated", "--root", str(tmp_path), "--low", "1", "--high", "100",
                                  "--steps", "1", "--repeats", "2"])

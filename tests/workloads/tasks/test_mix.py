@@ -28,7 +28,8 @@ def test_each_example_is_scored_by_its_own_task():
 
 @pytest.mark.parametrize(("call", "starts"), [
     (lambda: get_task("mix", "file.jsonl"), "data: mix takes its tasks' own data"),
-    (lambda: get_task("mix").examples(n=2), "n: mix takes at least one example of each of its 3 categories"),
+    (lambda: get_task("mix").examples(n=2), "n: mix takes 3 to 36 examples"),
+    (lambda: get_task("mix").examples(n=37), "n: mix takes 3 to 36 examples"),
     (lambda: get_task("mix").example(5 * STRIDE), "index: mix numbers its examples"),
 ])
 def test_bad_mix_requests_name_the_field(call, starts):
