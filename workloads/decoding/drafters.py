@@ -4,17 +4,23 @@ drafter has not yet read of the verified prefix, and one drafting call over ever
 
 * `StandaloneDrafter`: a drafter network of its own that reads token ids (two-model pairs);
   verified ids it has not cached ride along as causal rows of its next call.
+* `CausalDrafter`: an autoregressive drafter of its own (vLLM's draft_model): a chain of
+  causal calls, one token each.
 * `FullAttentionDrafter`: one without a prefix cache, re-reading each row's whole verified
   sequence every call (Dream / LLaDA-style full attention).
 * `SelfDrafter`: a dual-mode network drafting for itself (self `linear`): its cache is the
   verifier's.
 * `FeatureDrafter`: DFlash, conditioned on the verifier's features of the verified rows.
 * `ChainDrafter`: DFlash 2, one block pass, then its candidate chain slot by slot.
+* `Eagle3Drafter`: EAGLE-3, a pass over the newly verified positions, then a chain of
+  one-row passes (eagle3.py).
 
 A row whose canvas is full rides along a call, drawing and counting nothing.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -53,7 +59,10 @@ class Drafter:
 
 class StandaloneDrafter(Drafter):
     """A drafter network of its own: the verified token ids each row's drafter has not cached,
-    `pending` (L, P), ride along as causal rows of its next call."""
+    `pending` (L, P), ride along as causal rows of its next call; its [last, canvas] rows
+    see each other (`bidirectional`)."""
+
+    bidirectional = True
 
     def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
         """The first counts[i] of the verifier's latest call's ids (L, Q) are now verified."""
@@ -64,12 +73,29 @@ class StandaloneDrafter(Drafter):
         """One drafting call over every live row: its waiting tokens (cached), then [last,
         canvas], the canvas its first widths[i] slots of tokens (L, W). Returns the block
         rows' logits (L, W + 1, V)."""
-        layout = Layout.of(self.waiting, 1 + widths, True, False)
+        layout = Layout.of(self.waiting, 1 + widths, self.bidirectional, False)
         ids = _block_ids(self.pending, self.waiting, last, tokens, layout, mask_id)
         positions = self.network.slots.positions(np.arange(ids.shape[1]))
         logits = rows.call(self.network, layout.call(ids, positions, served))
         self.cached()
         return layout.region_rows(logits, tokens.shape[1] + 1)
+
+
+class CausalDrafter(StandaloneDrafter):
+    """An autoregressive drafter (vLLM's draft_model): draft s + 1 is the argmax of a causal call
+    over [last, d_1 .. d_s] (each row predicting the next token), greedy at any temperature
+    as vLLM drafts, so q is one-hot at the draft and lossless stays exact."""
+
+    bidirectional = False
+
+    def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
+              settings: DraftSettings) -> tuple[torch.Tensor, None]:
+        tokens = torch.zeros((last.shape[0], width), dtype=torch.long)
+        for s in range(int(widths.max()) if width else 0):
+            region = torch.full_like(widths, s)  # [last, d_1 .. d_s]
+            logits = self.block(rows, last, tokens, region, widths > s, settings.mask_token_id)
+            tokens[:, s] = logits[:, s].argmax(-1).cpu()
+        return tokens, None
 
 
 class FullAttentionDrafter(StandaloneDrafter):
@@ -184,6 +210,51 @@ class ChainDrafter(FeatureDrafter):
             before = candidates[:, i].gather(1, chosen[:, None])[:, 0]
             tokens.append(before.cpu())
         return torch.stack(tokens, 1), q
+
+
+class Eagle3Drafter(Drafter):
+    """An EAGLE-3 drafter: the verifier's features of the newly verified positions
+    (`pending` (L, N, F), waiting[i] of row i's) with their ids, and `cached` (L,), the
+    positions each row's drafter has cached before them."""
+
+    def __init__(self, network):
+        super().__init__(network)
+        self.ids = self.done = None
+
+    def verified(self, ids: torch.Tensor, features: torch.Tensor | None, counts: torch.Tensor) -> None:
+        n = int(counts.max())
+        self.pending, self.ids, self.waiting = features[:, :n], ids[:, :n].cpu(), counts
+        if self.done is None:
+            self.done = torch.zeros_like(counts)
+
+    def keep(self, stay: torch.Tensor | None) -> None:
+        super().keep(stay)
+        self.ids, self.done = staying(stay, self.ids, self.done)
+
+    def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
+              settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """EAGLE-3's chain over every live row, greedy (vLLM's drafts at any temperature, so
+        q is one-hot at the draft: lossless stays exact): the first pass's last row of each
+        row drafts d_1, each further pass one more. Returns (tokens (L, W), None)."""
+        network, counts, live = self.network, self.waiting, torch.arange(last.shape[0])
+        tokens = torch.zeros((last.shape[0], width), dtype=torch.long)
+        following = torch.cat([self.ids[:, 1:], torch.zeros_like(self.ids[:, :1])], 1)
+        following[live, counts - 1] = last.cpu()  # a verified position's token is the one after it
+        positions = self.done[:, None] + torch.arange(following.shape[1])
+        x = network.model.fc(self.pending.to(network.dtype))
+        served, at = widths > 0, self.done + counts - 1
+        pre, logits = rows.timed(network, lambda: network.pass_(x, following, positions), counts,
+                                 following.numel(), lambda: None, served)
+        state, drafted = pre[live, counts - 1], logits[live, counts - 1].argmax(-1)
+        ones, longest = torch.ones_like(counts), int(widths.max())
+        for j in range(longest):
+            tokens[:, j] = drafted.cpu()
+            if j + 1 < longest:
+                one = functools.partial(network.pass_, state[:, None], drafted[:, None], at[:, None] + j + 1)
+                pre, logits = rows.timed(network, one, ones, len(counts), lambda: None, served)
+                state, drafted = pre[:, 0], logits[:, 0].argmax(-1)
+        self.done, self.waiting = self.done + counts, torch.zeros_like(counts)
+        return tokens, None
 
 
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,

@@ -4,6 +4,9 @@ the spec, the benchmarks and the exports ask it, and nothing else tells pairs ap
 
 * `TwoModel`: a drafter and a verifier, two networks (paper 2610.31819): every schedule but
   `quadratic`, left to right; B tokens drafted per iteration.
+* `DraftModel`: a two-model pair whose drafter is autoregressive (profile attention
+  `causal`; vLLM's draft_model): `ar` and `linear`, B tokens drafted an iteration, one
+  causal pass a token.
 * `SelfSpec`: one dual-mode network (paper 2610.33379): every schedule; the speculative ones
   with B >= 2, drafting B − 1 tokens, and `packed` / `quadratic` draft inside the verify
   call, so in one step; any-order (confidence) verification on a model trained for it.
@@ -11,6 +14,9 @@ the spec, the benchmarks and the exports ask it, and nothing else tells pairs ap
   and `packed` with B >= 2; its block is the anchor and B − 1 drafts (vLLM's
   num_speculative_tokens = B − 1), and it cannot draft alone (it reads the verifier's
   features).
+* `Eagle3`: an EAGLE-3 drafter (arXiv 2503.01840) over its verifier: `ar` and `linear`, B
+  tokens drafted an iteration as a chain, one pass a token, from three of the verifier's
+  hidden states (vLLM's num_speculative_tokens = B).
 
 The rules that need no weights (`check`) run before any model loads; `check_loaded` adds
 those that depend on the loaded networks.
@@ -25,13 +31,16 @@ from workloads.decoding.anyorder import anyorder_packed
 from workloads.decoding.config import SCHEDULES, SPECULATIVE, ConfigError, DecodeConfig
 from workloads.decoding.dflash import DFlashNetwork, FeatureTap, is_dflash2
 from workloads.decoding.drafters import (
+    CausalDrafter,
     ChainDrafter,
+    Eagle3Drafter,
     FeatureDrafter,
     FullAttentionDrafter,
     SelfDrafter,
     StandaloneDrafter,
 )
 from workloads.decoding.drafting import DraftSettings
+from workloads.decoding.eagle3 import Eagle3Network
 from workloads.decoding.network import Network
 from workloads.decoding.rows import Rows
 from workloads.decoding.schedules import ar, diffusion, speculative
@@ -62,6 +71,7 @@ class PairKind:
     small_block = ""
     target_conditioned = False
     serving_method: str | None = None
+    chain = ""  # drafting that has no K or τ to choose: why (steps must be 1, no threshold)
 
     @property
     def serving_methods(self) -> tuple[str, ...]:
@@ -100,6 +110,8 @@ class PairKind:
             raise ConfigError("verify_order: confidence needs a dual-mode (self) pair")
         if config.schedule in SPECULATIVE and config.block < self.min_block:
             raise ConfigError(self.small_block)
+        if self.chain and config.schedule != "ar" and (config.threshold is not None or config.k != 1):
+            raise ConfigError(f"steps: {self.chain} (steps 1, no threshold)")
 
     def refusal(self, schedule: str) -> str:
         return f"schedule: {schedule} cannot run on a {self.name} pair; use {', '.join(self.schedules)}"
@@ -152,6 +164,23 @@ class TwoModel(PairKind):
         if config.schedule == "diffusion":
             return lambda: diffusion(rows, drafter, prompts, settings)
         return lambda: speculative(rows, drafter, nets["verifier"], prompts, settings,
+                                   self.draft_width(config.block))
+
+
+class DraftModel(TwoModel):
+    """A two-model pair whose drafter is an autoregressive LM (vLLM's draft_model)."""
+
+    name = "draft-model"
+    schedules = ("ar", "linear")
+    serving_method = "draft_model"
+
+    def refusal(self, schedule: str) -> str:
+        return f"schedule: {schedule} cannot run with an autoregressive drafter; use ar or linear"
+
+    chain = "an autoregressive drafter drafts a token a pass"
+
+    def drafted(self, pair, config, settings, rows, prompts, nets) -> Program:
+        return lambda: speculative(rows, CausalDrafter(nets["drafter"]), nets["verifier"], prompts, settings,
                                    self.draft_width(config.block))
 
 
@@ -240,8 +269,34 @@ class DFlash(PairKind):
                                    self.draft_width(config.block))
 
 
-TWO_MODEL, SELF, DFLASH = TwoModel(), SelfSpec(), DFlash()
-KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DFLASH)}
+class Eagle3(PairKind):
+    """An EAGLE-3 drafter over its verifier (arXiv 2503.01840, as vLLM serves it)."""
+
+    name = "eagle3"
+    schedules = ("ar", "linear")
+    target_conditioned = True
+    serving_method = "eagle3"
+
+    def refusal(self, schedule: str) -> str:
+        return (f"schedule: {schedule} cannot run on an EAGLE-3 pair (its drafter needs the verifier's "
+                f"hidden states); use {', '.join(self.schedules)}")
+
+    chain = "an EAGLE-3 drafter drafts its chain a token a pass"
+
+    def networks(self, pair: Pair, config: DecodeConfig, rows: int, slack: float | None) -> dict:
+        nets = super().networks(pair, config, rows, slack)
+        if config.schedule != "ar":
+            nets["drafter"] = Eagle3Network(pair.drafter, pair.verifier)
+            nets["verifier"].tap = FeatureTap(pair.verifier, pair.drafter.tapped)
+        return nets
+
+    def drafted(self, pair, config, settings, rows, prompts, nets) -> Program:
+        return lambda: speculative(rows, Eagle3Drafter(nets["drafter"]), nets["verifier"], prompts, settings,
+                                   self.draft_width(config.block))
+
+
+TWO_MODEL, DRAFT_MODEL, SELF, DFLASH, EAGLE3 = TwoModel(), DraftModel(), SelfSpec(), DFlash(), Eagle3()
+KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DRAFT_MODEL, DFLASH, EAGLE3)}
 
 
 def least_positions(found: list) -> int | None:

@@ -26,13 +26,15 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from workloads.decoding.kinds import DFLASH, SELF, TWO_MODEL, PairKind
+from workloads.decoding.eagle3 import Eagle3Model
+from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, EAGLE3, SELF, TWO_MODEL, PairKind
 from workloads.models.pairspec import (
     OPTIONS,
     PairError,
     check_dflash_config,
     config_dict,
     is_dflash,
+    is_eagle3_pair,
     looks_like_path,
     resolve_pair,
 )
@@ -53,6 +55,13 @@ class TwoModelPair:
 
 
 @dataclass(frozen=True)
+class DraftModelPair(TwoModelPair):
+    """A drafter run as an autoregressive LM (profile attention `causal`) and its verifier."""
+
+    kind: ClassVar[PairKind] = DRAFT_MODEL
+
+
+@dataclass(frozen=True)
 class SelfPair:
     name: str
     model: PreTrainedModel
@@ -69,7 +78,15 @@ class DFlashPair(TwoModelPair):
     kind: ClassVar[PairKind] = DFLASH
 
 
-Pair = TwoModelPair | SelfPair | DFlashPair
+@dataclass(frozen=True)
+class Eagle3Pair(TwoModelPair):
+    """An EAGLE-3 drafter (`workloads.decoding.eagle3.Eagle3Model`) over its verifier: it reads
+    three of the verifier's hidden states and uses its embeddings and LM head."""
+
+    kind: ClassVar[PairKind] = EAGLE3
+
+
+Pair = TwoModelPair | DraftModelPair | SelfPair | DFlashPair | Eagle3Pair
 
 
 def _options(spec: dict) -> dict:
@@ -208,6 +225,26 @@ def check_dflash_fit(drafter: PreTrainedModel, verifier: PreTrainedModel) -> Non
                         f"{drafter.mask_token_id}) does not fit the verifier's {vocab}")
 
 
+def load_eagle3(ref: str, verifier: PreTrainedModel, device: torch.device) -> Eagle3Model:
+    """An EAGLE-3 drafter from a local checkpoint, refused in one line when it does not fit
+    `verifier` (hidden size, the layers it reads)."""
+    if not looks_like_path(ref) or not (Path(ref).expanduser() / "config.json").is_file():
+        raise PairError(f"pair.drafter: an EAGLE-3 drafter loads from a local directory with config.json; "
+                        f"got {ref!r} (download it first: huggingface-cli download {ref})")
+    try:
+        drafter = Eagle3Model.load(Path(ref).expanduser())
+    except (OSError, ValueError, KeyError) as err:
+        raise PairError(f"pair.drafter: cannot load {ref!r} as an EAGLE-3 drafter: {err}") from None
+    v = verifier.config
+    if drafter.config["hidden_size"] != v.hidden_size:
+        raise PairError(f"pair.drafter: EAGLE-3 hidden size {drafter.config['hidden_size']} does not fit the "
+                        f"verifier's {v.hidden_size}")
+    if not all(1 <= k < v.num_hidden_layers for k in drafter.layer_ids):
+        raise PairError(f"pair.drafter: EAGLE-3 reads layers {drafter.layer_ids}; the verifier has "
+                        f"{v.num_hidden_layers} (ids 1 to {v.num_hidden_layers - 1})")
+    return drafter.to(device=device, dtype=verifier.dtype)
+
+
 def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
     """The pair's tokenizer alone (the verifier's, or the dual-mode model's)."""
     _, spec = resolve_pair(spec)
@@ -226,6 +263,12 @@ def load_pair(spec: str | dict) -> Pair:
     if keys == {"model"}:
         model, tok = _load("model", spec["model"], options, device)
         return SelfPair(name, model, tok, _profile("model", model, tok, spec.get("profile")))
+    if keys == {"drafter", "verifier"} and is_eagle3_pair(spec):
+        verifier, vtok = _load("verifier", spec["verifier"], options, device)
+        drafter = load_eagle3(spec["drafter"], verifier, device)
+        # an autoregressive chain: each row predicts the next token, and no mask is drawn
+        profile = DiffusionProfile(mask_token_id=vtok.pad_token_id or 0, shifted=True)
+        return Eagle3Pair(name, drafter, verifier, vtok, profile)
     if keys == {"drafter", "verifier"} and is_dflash(spec):
         verifier, vtok = _load("verifier", spec["verifier"], options, device)
         drafter = load_dflash(spec["drafter"], verifier, options, device)
@@ -241,8 +284,13 @@ def load_pair(spec: str | dict) -> Pair:
         only_drafter = _check_tokenizers(dtok, vtok)
         vocab = verifier.get_output_embeddings().weight.shape[0]
         beyond = tuple(range(vocab, drafter.get_output_embeddings().weight.shape[0]))
-        return TwoModelPair(name, drafter, verifier, vtok,
-                            _profile("drafter", drafter, dtok, spec.get("profile"), only_drafter + beyond))
+        profile = _profile("drafter", drafter, dtok, spec.get("profile"), only_drafter + beyond)
+        if profile.attention != "causal":
+            return TwoModelPair(name, drafter, verifier, vtok, profile)
+        if not profile.shifted or beyond or only_drafter:
+            raise PairError("pair.profile.attention: an autoregressive (causal) drafter predicts the next "
+                            "token (shift: true) over the verifier's vocabulary, as vLLM's draft_model needs")
+        return DraftModelPair(name, drafter, verifier, vtok, profile)
     raise PairError(
         f"pair: expected keys {{drafter, verifier}} or {{model}}, got {{{', '.join(sorted(keys))}}}"
     )

@@ -8,13 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workloads.decoding.kinds import DFLASH, SELF, TWO_MODEL, PairKind, least_positions
+from workloads.decoding.eagle3 import is_eagle3
+from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, EAGLE3, SELF, TWO_MODEL, PairKind, least_positions
 
 TOY_DIR = Path(__file__).parent / "toy"
 BUNDLED = {
     "toy": {"drafter": str(TOY_DIR / "drafter"), "verifier": str(TOY_DIR / "verifier")},
     "toy-self": {"model": str(TOY_DIR / "self")},
     "toy-dflash": {"drafter": str(TOY_DIR / "dflash"), "verifier": str(TOY_DIR / "verifier")},
+    # the toy drafter run as an autoregressive LM, as vLLM's draft_model runs it
+    "toy-draft": {"drafter": str(TOY_DIR / "drafter"), "verifier": str(TOY_DIR / "verifier"),
+                  "profile": {"attention": "causal"}},
+    "toy-eagle3": {"drafter": str(TOY_DIR / "eagle3"), "verifier": str(TOY_DIR / "verifier")},
 }
 
 
@@ -58,6 +63,22 @@ def is_dflash(spec: dict) -> bool:
     config = config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
     return bool(config) and ("dflash_config" in config
                              or any("DFlash" in a for a in config.get("architectures") or ()))
+
+
+def is_eagle3_pair(spec: dict) -> bool:
+    """An EAGLE-3 pair: the drafter's config is an EAGLE-3 one (it names the verifier layers it
+    reads, or an Eagle3 architecture)."""
+    config = config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
+    return bool(config) and is_eagle3(config)
+
+
+def is_causal_drafter(spec: dict) -> bool:
+    """A two-model pair whose drafter is autoregressive: `attention: causal` in the spec's
+    profile, else in its checkpoint's `specsweep` block."""
+    attention = (spec.get("profile") or {}).get("attention")
+    if attention is None and isinstance(spec.get("drafter"), str):
+        attention = ((config_dict(spec["drafter"]) or {}).get("specsweep") or {}).get("attention")
+    return attention == "causal"
 
 
 def check_dflash_config(ref: str, config: dict) -> None:
@@ -148,8 +169,10 @@ def pair_kind(spec: str | dict) -> PairKind:
             check_model_dir(field, cached)
     if keys == {"model"}:
         return SELF
+    if is_eagle3_pair(spec):
+        return EAGLE3
     if not is_dflash(spec):
-        return TWO_MODEL
+        return DRAFT_MODEL if is_causal_drafter(spec) else TWO_MODEL
     if (config := config_dict(spec["drafter"])) is not None:
         check_dflash_config(spec["drafter"], config)
     return DFLASH

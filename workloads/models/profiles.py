@@ -7,6 +7,8 @@ position), the attention pattern of a drafting call, and which ids must never be
 * `block` attention (block diffusion, SDAR; the toy drafter; dual-mode models): the canvas
   rows see a causal prefix and each other, so the prefix's keys and values are those of
   causal rows and an exact prefix KV cache is kept between calls.
+* `causal` attention (an autoregressive drafter, vLLM's draft_model): it drafts a token a
+  call, each row seeing the rows before it; the prefix cache is exact.
 * `full` attention (Dream, LLaDA): every position of prefix and canvas sees every other, so
   prefix keys and values change with the canvas; no prefix cache is exact, and each
   drafting call evaluates the whole sequence.
@@ -27,7 +29,7 @@ FAMILIES: dict[str, dict] = {
     "dflash": {"shift": False, "attention": "block"},  # mask rows predict their own position
     "generic": {},
 }
-ATTENTION = ("block", "full")
+ATTENTION = ("block", "full", "causal")
 KEYS = {"family", "shift", "attention", "mask_token", "mask_token_id", "any_order", "forbidden", "role",
         "own_attention"}
 
@@ -59,7 +61,7 @@ class DiffusionProfile:
 
     @property
     def prefix_cache(self) -> bool:
-        return self.attention == "block"
+        return self.attention != "full"
 
 
 def resolve(field: str, declared: dict, override: dict | None, tokenizer) -> DiffusionProfile:
@@ -87,7 +89,8 @@ def resolve(field: str, declared: dict, override: dict | None, tokenizer) -> Dif
         raise ProfileError(f"pair.{field}: say whether logits are shifted (profile.shift: true|false)")
     attention = merged.get("attention", "block")
     if attention not in ATTENTION:
-        raise ProfileError(f"pair.profile.attention: must be block or full; got {attention!r}")
+        raise ProfileError(f"pair.profile.attention: must be one of {', '.join(ATTENTION)}; "
+                           f"got {attention!r}")
     return DiffusionProfile(mask_token_id=int(mask), shifted=bool(merged["shift"]), attention=attention,
                             any_order=bool(merged.get("any_order", False)),
                             forbidden=tuple(int(i) for i in merged.get("forbidden", ())),

@@ -233,9 +233,12 @@ def save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, out: Path) -> No
     tok.save_pretrained(out)
 
 
-def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "drafter", "self", "dflash"),
+STAGES = ("verifier", "drafter", "self", "dflash", "eagle3")
+
+
+def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = STAGES,
               log: Callable[[str], None] = print) -> None:
-    """Train the toy models into out/{verifier,drafter,self,dflash}; later stages start from
+    """Train the toy models into out/{verifier,drafter,self,dflash,eagle3}; later stages start from
     the verifier in out/verifier when it is not retrained in this call."""
     tok = build_char_tokenizer()
     if "verifier" in stages:
@@ -259,3 +262,7 @@ def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = ("verifier", "
         from workloads.models.toy_dflash import save_dflash, train_dflash
 
         save_dflash(train_dflash(verifier, tok, seed, log), out / "dflash")
+    if "eagle3" in stages:
+        from workloads.models.toy_eagle3 import train_eagle3
+
+        train_eagle3(verifier, tok, seed, log).save(out / "eagle3")
