@@ -18,13 +18,6 @@ def _missing() -> str:
 needs_vllm = [pytest.mark.slow, pytest.mark.skipif(bool(_missing()), reason=_missing())]
 
 
-def vllm_test(test):
-    """`needs_vllm` on one test of a module whose other tests do not need vLLM."""
-    for mark in needs_vllm:
-        test = mark(test)
-    return test
-
-
 def on_vllm(test):
     """`needs_vllm` on one test of a module whose other tests need no vLLM."""
     for mark in needs_vllm:

@@ -48,7 +48,8 @@ def conform(
     method = method or kind.serving_method
     if method is None:
         raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
-                           "use a DFlash pair or --method ngram")
+                           "use a DFlash, EAGLE-3 or autoregressive-drafter pair (toy-dflash, toy-eagle3, "
+                           "toy-draft) or --method ngram")
     if method != "ngram":
         try:
             check_drafts(pair, pair, draft_tokens, dflash=True)

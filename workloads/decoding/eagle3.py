@@ -125,6 +125,11 @@ class Eagle3Model(nn.Module):
         for weights in sorted(path.glob("*.safetensors")):
             state.update(load_file(weights))
         state = {k: v for k, v in state.items() if k not in ("lm_head.weight", "embed_tokens.weight")}
+        own = model.state_dict()
+        for name, tensor in state.items():
+            if name in own and own[name].shape != tensor.shape:
+                wanted = tuple(own[name].shape)
+                raise ValueError(f"{name} is {tuple(tensor.shape)}; its config makes it {wanted}")
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(f"{missing[0]} missing" if missing else f"{unexpected[0]} unexpected")

@@ -6,7 +6,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.cli import app
 from orchestrator.stored import logged_records
-from tests.needs_vllm import vllm_test
+from tests.needs_vllm import on_vllm
 from tests.orchestrator.bad_input import one_line_error
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 
@@ -18,7 +18,7 @@ def test_bad_ranges_and_unknown_sweeps_are_refused_in_one_line(tmp_path):
     one_line_error(runner.invoke(app, ["sustain", "nosuch", *root]), "sweep 'nosuch': no state")
 
 
-@vllm_test
+@on_vllm
 def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_rate(tmp_path):
     data = {**GOOD, "name": "rated", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
             # without speculation a trial is served by its control's server: one start, not two

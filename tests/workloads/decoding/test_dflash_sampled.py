@@ -1,4 +1,6 @@
-"""Sampled exactness of target-conditioned drafting: `toy-dflash` at temperature 16, top-k 2
+"""Sampled exactness of target-conditioned and chained drafting (`toy-dflash`, DFlash 2,
+`toy-eagle3`, and `toy-draft`'s autoregressive drafter, all over the toy verifier) at
+temperature 16, top-k 2
 (so every position has two outcomes of real mass, and the verifier's joint of the first
 four new tokens can be enumerated exactly from the verifier itself). Of five new tokens,
 2..4 are one draft of three (block 4: the anchor and three drafts) verified together. Each exact
@@ -106,8 +108,19 @@ def test_dflash2_candidate_chains_keep_the_verifiers_joint(toy_dflash2, exact_jo
     assert outside == 0 and pvalue > ALPHA, f"DFlash 2 {schedule} {rule}: {outside} outside, p = {pvalue:.2g}"
 
 
-def test_the_same_harness_rejects_a_lossy_rule(toy_dflash, exact_joint):
+@pytest.mark.parametrize("name", ["toy-eagle3", "toy-draft"])
+def test_greedy_chains_keep_the_verifiers_joint(name, exact_joint):
+    """EAGLE-3 and autoregressive drafts are argmax chains, as vLLM drafts them: q is a point
+    mass at the draft, so lossless verification keeps the verifier's law."""
+    config = DecodeConfig(schedule="linear", **SAMPLING)
+    outside, pvalue, drafted = sampled(load_pair(name), config, exact_joint)
+    assert drafted >= 3
+    assert outside == 0 and pvalue > ALPHA, f"{name}: {outside} outside, p = {pvalue:.2g}"
+
+
+@pytest.mark.parametrize("name", ["toy-dflash", "toy-eagle3", "toy-draft"])
+def test_the_same_harness_rejects_a_lossy_rule(name, exact_joint):
     config = DecodeConfig(schedule="linear", rule="linear", leniency=1.0, **SAMPLING)
     assert not is_exact(config)
-    outside, pvalue, _ = sampled(toy_dflash, config, exact_joint)
+    outside, pvalue, _ = sampled(load_pair(name), config, exact_joint)
     assert outside > SAMPLES // 10 or pvalue < ALPHA

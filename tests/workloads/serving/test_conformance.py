@@ -1,6 +1,8 @@
 """Conformance between specsweep's engine and vLLM: the check passes on the shared toy DFlash
-server (the plugin's workaround on) and fails, prompt by prompt, on stock vLLM CPU (off)."""
+server (the plugin's workaround on), on EAGLE-3 and on an autoregressive drafter, and fails,
+prompt by prompt, on stock vLLM CPU (off)."""
 
+import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -31,7 +33,8 @@ def test_conform_refuses_a_pair_vllm_cannot_serve_in_one_line():
     result = runner.invoke(app, ["conform", "--pair", "toy"])
     assert result.exit_code == 2
     assert result.output.strip() == ("error: pair: toy is a two-model pair, whose drafter vLLM does not "
-                                     "serve; use a DFlash pair or --method ngram")
+                                     "serve; use a DFlash, EAGLE-3 or autoregressive-drafter pair "
+                                     "(toy-dflash, toy-eagle3, toy-draft) or --method ngram")
 
 
 @on_vllm
@@ -66,3 +69,16 @@ def test_vllms_ngram_drafting_is_the_replay_over_the_verifiers_greedy_output():
     assert "PASS" in result.output and "identical: 8/8 prompts (accepted/drafted: specsweep" in result.output
     drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0]
     assert int(drafted.split("/")[0]) > 0  # drafts were checked and some accepted
+
+
+@on_vllm
+@pytest.mark.parametrize(("pair", "method"), [("toy-eagle3", "eagle3"), ("toy-draft", "draft_model")])
+def test_each_drafter_family_vllm_serves_decodes_as_specsweep_does(pair, method):
+    """EAGLE-3 and an autoregressive drafter (vLLM's draft_model), greedy: per prompt the same
+    tokens, drafts, drafted and accepted tokens as specsweep's replay of their chains."""
+    result = runner.invoke(app, ["conform", "--pair", pair, "--draft-tokens", "3", "--limit", "6"])
+    assert result.exit_code == 0, result.output
+    assert f"conformance of {method} num_speculative_tokens=3" in result.output and "PASS" in result.output
+    assert "greedy tokens identical: 6/6 prompts" in result.output
+    accepted, drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0].split("/")
+    assert int(drafted) > int(accepted) > 0  # drafts were checked: most accepted, some not
