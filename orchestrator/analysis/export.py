@@ -15,13 +15,14 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.analysis.metrics import NUMBER
-from orchestrator.analysis.serving import SGLANG, dflash_serving, drafts_schedule, sglang_flags
+from orchestrator.analysis.serving import SGLANG, drafter_serving, drafts_schedule
 from orchestrator.analysis.timing import drift_key, timing_report
 from orchestrator.engines import VLLM, engine_of
 from orchestrator.files import write_yaml
 from orchestrator.stored import baseline, load_order, row_load
 from workloads.models.pairspec import refs
 from workloads.serving.config import ServingConfig
+from workloads.serving.sglang_flags import flags, settings
 from workloads.serving.vllm import CPU_KV_CACHE_GIB, EngineSettings
 
 _WHERE = re.compile(rf"^\s*([a-z_]+)\s*(>=|<=|>|<)\s*({NUMBER})\s*(?:\*\s*ar\.([a-z_]+))?\s*$")
@@ -247,17 +248,18 @@ def _serve_line(name: str, serving: dict | None) -> str:
 def serving_settings(kind, pair: str | dict, config: dict) -> dict | None:
     """How the serving engines run `config` on `pair` (of `kind`): a config measured in vLLM
     with its own settings, as they ran; one of specsweep's with its drafter's method where the
-    kind has one (analysis.serving.dflash_serving); SGLang's flags and its launch command where
+    kind has one (analysis.serving.drafter_serving); SGLang's flags and its launch command where
     SGLang has the method. None where no engine serves the pair's drafter."""
     found = refs(pair)
     if engine_of(config) is VLLM:
         speculative = ServingConfig.from_dict(config).speculative_config(found.get("drafter"))
         serving = {VLLM.section: {"speculative_config": speculative}}
-        if speculative and speculative["method"] == "dflash":  # the same decoding in SGLang
-            block = kind.block_for(speculative["num_speculative_tokens"])
-            serving[SGLANG] = sglang_flags(found["drafter"], block)
+        if speculative and kind.sglang_algorithm and speculative["method"] == kind.serving_method:
+            # the same decoding in SGLang
+            wanted = settings(kind.sglang_algorithm, found["drafter"], speculative["num_speculative_tokens"])
+            serving[SGLANG] = flags(wanted)
     elif kind is not None and kind.serving_method is not None:
-        serving = dflash_serving(kind, found["drafter"], config)
+        serving = drafter_serving(kind, found["drafter"], config)
     else:
         return None
     if SGLANG in serving:

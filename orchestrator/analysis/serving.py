@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from orchestrator.engines import VLLM
 from workloads.decoding.kinds import PairKind
+from workloads.serving.sglang_flags import flags, settings
 
 SGLANG = "sglang"  # the key of SGLang's launch flags under an export's `serving` (SGLang measures no trial)
 
@@ -30,7 +31,7 @@ def specsweep_only(config: dict) -> list[str]:
     return out
 
 
-def dflash_serving(kind: PairKind, drafter: str, config: dict) -> dict:
+def drafter_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     """{vllm: {speculative_config}, sglang: [flags]} for a drafter of `kind` (a served method)
     at config's block, or {specsweep_only: [...]} naming what no engine can set."""
     blocked = specsweep_only(config)
@@ -41,15 +42,8 @@ def dflash_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     return {
         VLLM.section: {"speculative_config": {"method": kind.serving_method, "model": drafter,
                                               "num_speculative_tokens": drafts}},
-        SGLANG: sglang_flags(drafter, config["block"]),
+        SGLANG: flags(settings(kind.sglang_algorithm, drafter, drafts)),
     }
-
-
-def sglang_flags(drafter: str, block: int) -> list[str]:
-    """SGLang's DFLASH launch flags: its draft tokens are the whole block, anchor included
-    (vLLM's n drafts are SGLang's n + 1)."""
-    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter,
-            "--speculative-num-draft-tokens", str(block)]
 
 
 def drafts_schedule(chosen: dict[int, dict]) -> dict | None:

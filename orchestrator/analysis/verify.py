@@ -20,11 +20,11 @@ from orchestrator.analysis.export import is_export
 from orchestrator.analysis.serving import SGLANG
 from orchestrator.engines import VLLM, engine_of
 from workloads.models.pair import load_tokenizer
-from workloads.models.pairspec import refs
+from workloads.models.pairspec import pair_kind, refs
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
 from workloads.serving.load import serve
-from workloads.serving.sglang_flags import check
+from workloads.serving.sglang_flags import check, settings
 from workloads.serving.vllm import EngineSettings, VllmServer
 
 
@@ -191,9 +191,10 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
             why = "; ".join(blocked) or "no drafter SGLang serves"
             say(f"{path.name}: SGLang not checked: this export has no SGLang flags ({why})")
     pairs = {p: refs(d["pair"]) for p, d in servable.items()}
-    # held to the export's vLLM setting: SGLang's draft tokens are vLLM's drafts and the anchor
-    results = check([(pairs[p]["verifier"], d["serving"][SGLANG], pairs[p]["drafter"],
-                      d["serving"][VLLM.section]["speculative_config"]["num_speculative_tokens"] + 1)
+    # held to the export's vLLM setting, drafted by its pair's kind's method in SGLang
+    results = check([(pairs[p]["verifier"], d["serving"][SGLANG],
+                      settings(pair_kind(d["pair"]).sglang_algorithm, pairs[p]["drafter"],
+                               d["serving"][VLLM.section]["speculative_config"]["num_speculative_tokens"]))
                      for p, d in servable.items()]) if servable else []
     for (path, document), result in zip(servable.items(), results):
         if "error" in result:

@@ -72,6 +72,7 @@ class PairKind:
     target_conditioned = False
     serving_method: str | None = None
     chain = ""  # drafting that has no K or τ to choose: why (steps must be 1, no threshold)
+    sglang_algorithm: str | None = None  # SGLang's name for its drafter's method (None: none)
 
     @property
     def serving_methods(self) -> tuple[str, ...]:
@@ -173,6 +174,7 @@ class DraftModel(TwoModel):
     name = "draft-model"
     schedules = ("ar", "linear")
     serving_method = "draft_model"
+    sglang_algorithm = "STANDALONE"
 
     def refusal(self, schedule: str) -> str:
         return f"schedule: {schedule} cannot run with an autoregressive drafter; use ar or linear"
@@ -240,6 +242,7 @@ class DFlash(PairKind):
     min_block = 2
     target_conditioned = True
     serving_method = "dflash"
+    sglang_algorithm = "DFLASH"
     small_block = "block: a DFlash pair needs block >= 2 (the anchor and at least one draft)"
 
     def draft_width(self, block: int) -> int:
@@ -276,6 +279,7 @@ class Eagle3(PairKind):
     schedules = ("ar", "linear")
     target_conditioned = True
     serving_method = "eagle3"
+    sglang_algorithm = "EAGLE3"
 
     def refusal(self, schedule: str) -> str:
         return (f"schedule: {schedule} cannot run on an EAGLE-3 pair (its drafter needs the verifier's "

@@ -13,7 +13,8 @@ def main() -> None:
     import sglang
     from sglang.srt.server_args import prepare_server_args
 
-    fields = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_draft_tokens")
+    fields = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_draft_tokens",
+              "speculative_num_steps", "speculative_eagle_topk")
     out = []
     for argv in json.load(sys.stdin):
         errors = io.StringIO()

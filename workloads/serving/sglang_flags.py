@@ -23,6 +23,23 @@ def parser_path() -> Path:
     return path
 
 
+def settings(algorithm: str, drafter: str, drafts: int) -> dict:
+    """SGLang's speculative server arguments for `algorithm` (DFLASH, or EAGLE3 and STANDALONE,
+    which draft a chain) drafting `drafts` tokens with `drafter`. Its draft tokens count the
+    verified token too (vLLM's n drafts are SGLang's n + 1); a chain takes n steps of one
+    candidate each (top-k 1), as vLLM drafts it."""
+    out = {"speculative_algorithm": algorithm, "speculative_draft_model_path": drafter,
+           "speculative_num_draft_tokens": drafts + 1}
+    if algorithm != "DFLASH":
+        out |= {"speculative_num_steps": drafts, "speculative_eagle_topk": 1}
+    return out
+
+
+def flags(wanted: dict) -> list[str]:
+    """`settings` as SGLang's command-line flags."""
+    return [part for key, value in wanted.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+
+
 def parse(command_lines: list[list[str]]) -> list[dict]:
     """Each command line parsed by SGLang: {parser, read: {speculative fields}} or {error}."""
     env = {**os.environ, "PYTHONPATH": str(parser_path())}
@@ -34,17 +51,17 @@ def parse(command_lines: list[list[str]]) -> list[dict]:
     return json.loads(done.stdout)
 
 
-def check(exports: list[tuple[str, list[str], str, int]]) -> list[dict]:
-    """SGLang's reading of each export's `flags` after `--model-path verifier`, held to what the
-    export means: DFLASH drafting with `drafter`, verifying `block` tokens (SGLang's DFLASH
-    counts the block, anchor included, as its draft tokens). Per export {parser, read} or
-    {error}: the parser's line, or each field it read otherwise."""
-    results = parse([["--model-path", verifier, *flags] for verifier, flags, _, _ in exports])
+def check(exports: list[tuple[str, list[str], dict]]) -> list[dict]:
+    """SGLang's reading of each export's flags after `--model-path verifier`, held to what the
+    export means (`settings`). Per export {parser, read} (the fields meant) or {error}: the
+    parser's line, or each field it read otherwise."""
+    results = parse([["--model-path", verifier, *given] for verifier, given, _ in exports])
     out = []
-    for (_, _, drafter, block), result in zip(exports, results):
-        want = {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": drafter,
-                "speculative_num_draft_tokens": block}
-        wrong = [] if "error" in result else [f"{k} {result['read'][k]!r}, not {v!r}"
-                                              for k, v in want.items() if result["read"][k] != v]
-        out.append({"error": "SGLang reads " + "; ".join(wrong)} if wrong else result)
+    for (_, _, want), result in zip(exports, results):
+        if "error" in result:
+            out.append(result)
+            continue
+        read = {k: result["read"][k] for k in want}
+        wrong = [f"{k} {read[k]!r}, not {v!r}" for k, v in want.items() if read[k] != v]
+        out.append({"error": "SGLang reads " + "; ".join(wrong)} if wrong else {**result, "read": read})
     return out
