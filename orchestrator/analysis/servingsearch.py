@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-Setting = tuple[str, int]  # (method, num_speculative_tokens)
+Setting = tuple  # ServingConfig.setting: (method, num_speculative_tokens, DSpark's own two)
 TOLERANCE = 0.05
 ERROR = 0.15
 

@@ -23,7 +23,8 @@ class VllmEngine(Engine):
     name = "vllm"
     title = "vLLM"
     served = True
-    settings = ("method", "num_speculative_tokens", "concurrency", "request_rate", "burstiness")
+    settings = ("method", "num_speculative_tokens", "concurrency", "request_rate", "burstiness",
+                "dspark_draft_topk", "enable_adaptive_verification")
     controls = "vLLM without speculation"
     section = "vllm"
 
@@ -83,6 +84,9 @@ class VllmEngine(Engine):
         for key in ("request_rate", "burstiness", "temperature", "max_new_tokens"):
             if key in dims:
                 settings[key] = pick(key)
+        for key in ("dspark_draft_topk", "enable_adaptive_verification"):  # DSpark's own
+            if key in dims and settings["method"] == "dspark":
+                settings[key] = pick(key)
         return ServingConfig(**settings), settings["concurrency"]
 
     def control(self, config: Config, ar: DecodeConfig | None) -> Config | None:
@@ -102,6 +106,9 @@ class VllmEngine(Engine):
                 "effort": f"n={drafts}" if drafts else "-", "rule": "lossless", "leniency": 0}
 
     def label(self, config: dict) -> str:
-        """Its method and num_speculative_tokens: `dflash n=3`."""
+        """Its method and num_speculative_tokens, and DSpark's settings where set: `dflash n=3`,
+        `dspark n=7 topk=4 adaptive`."""
         drafts = config["num_speculative_tokens"]
-        return config["method"] + (f" n={drafts}" if drafts else "")
+        extra = (f" topk={config['dspark_draft_topk']}" if config.get("dspark_draft_topk") else "") + (
+            " adaptive" if config.get("enable_adaptive_verification") else "")
+        return config["method"] + (f" n={drafts}" if drafts else "") + extra

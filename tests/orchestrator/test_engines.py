@@ -40,7 +40,7 @@ def test_a_stored_config_without_an_engine_is_specsweeps():
 
 def test_the_engine_axis_dimensions_are_engine_and_each_engines_own_settings():
     assert DIMENSIONS == ("engine", "method", "num_speculative_tokens", "concurrency", "request_rate",
-                          "burstiness")
+                          "burstiness", "dspark_draft_topk", "enable_adaptive_verification")
 
 
 def test_an_unknown_engine_is_refused_naming_the_known_ones():

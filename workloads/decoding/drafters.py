@@ -12,6 +12,8 @@ drafter has not yet read of the verified prefix, and one drafting call over ever
   verifier's.
 * `FeatureDrafter`: DFlash, conditioned on the verifier's features of the verified rows.
 * `ChainDrafter`: DFlash 2, one block pass, then its candidate chain slot by slot.
+* `SparkDrafter`: DSpark, one block pass, every row predicting the next position, then its
+  Markov chain (dspark.py).
 * `Eagle3Drafter`: EAGLE-3, a pass over the newly verified positions, then a chain of
   one-row passes (eagle3.py).
 
@@ -27,6 +29,7 @@ import torch
 
 from workloads.decoding.acceptance import draw
 from workloads.decoding.drafting import DraftSettings, draft, slot_logits
+from workloads.decoding.dspark import markov_chain
 from workloads.decoding.layout import Layout, columns
 from workloads.decoding.rows import Rows, staying
 from workloads.decoding.sampling import distribution, point_mass
@@ -210,6 +213,20 @@ class ChainDrafter(FeatureDrafter):
             before = candidates[:, i].gather(1, chosen[:, None])[:, 0]
             tokens.append(before.cpu())
         return torch.stack(tokens, 1), q
+
+
+class SparkDrafter(FeatureDrafter):
+    """A DSpark drafter: one pass over [last, mask × (W − 1)] (row i predicting position i + 1
+    after last), then its Markov chain, greedy (vLLM's drafts at any temperature, so q is
+    one-hot at the draft), over the draft top-k when one is set."""
+
+    def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
+              settings: DraftSettings) -> tuple[torch.Tensor, None]:
+        if width == 0:
+            return torch.zeros((last.shape[0], 0), dtype=torch.long), None
+        canvas = torch.full((last.shape[0], width - 1), settings.mask_token_id, dtype=torch.long)
+        logits = self.block(rows, last, canvas, (widths - 1).clamp(min=0), widths > 0, settings.mask_token_id)
+        return markov_chain(logits.float(), last, self.network.model.markov_head, settings.top_k), None
 
 
 class Eagle3Drafter(Drafter):

@@ -14,6 +14,9 @@ the spec, the benchmarks and the exports ask it, and nothing else tells pairs ap
   and `packed` with B >= 2; its block is the anchor and B − 1 drafts (vLLM's
   num_speculative_tokens = B − 1), and it cannot draft alone (it reads the verifier's
   features).
+* `DSpark`: DFlash's block pass whose rows all predict the next position, then a Markov
+  chain drafting left to right: `ar` and `linear`, B drafts an iteration (vLLM's
+  num_speculative_tokens = B).
 * `Eagle3`: an EAGLE-3 drafter (arXiv 2503.01840) over its verifier: `ar` and `linear`, B
   tokens drafted an iteration as a chain, one pass a token, from three of the verifier's
   hidden states (vLLM's num_speculative_tokens = B).
@@ -37,6 +40,7 @@ from workloads.decoding.drafters import (
     FeatureDrafter,
     FullAttentionDrafter,
     SelfDrafter,
+    SparkDrafter,
     StandaloneDrafter,
 )
 from workloads.decoding.drafting import DraftSettings
@@ -299,8 +303,35 @@ class Eagle3(PairKind):
                                    self.draft_width(config.block))
 
 
-TWO_MODEL, DRAFT_MODEL, SELF, DFLASH, EAGLE3 = TwoModel(), DraftModel(), SelfSpec(), DFlash(), Eagle3()
-KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DRAFT_MODEL, DFLASH, EAGLE3)}
+class DSpark(DFlash):
+    """A DSpark drafter over its verifier: DFlash's block pass, then a Markov chain (dspark.py)."""
+
+    name = "dspark"
+    schedules = ("ar", "linear")
+    min_block = 1
+    small_block = ""
+    serving_method = "dspark"
+    sglang_algorithm = None
+    chain = "a DSpark drafter drafts its block in one pass, then its Markov chain"
+
+    def draft_width(self, block: int) -> int:
+        return block
+
+    def refusal(self, schedule: str) -> str:
+        return (f"schedule: {schedule} cannot run on a DSpark pair (its drafter needs the verifier's hidden "
+                f"states); use {', '.join(self.schedules)}")
+
+    def check_loaded(self, pair: Pair, config: DecodeConfig, rows: int) -> None:
+        self.check(config)
+
+    def drafted(self, pair, config, settings, rows, prompts, nets) -> Program:
+        return lambda: speculative(rows, SparkDrafter(nets["drafter"]), nets["verifier"], prompts, settings,
+                                   self.draft_width(config.block))
+
+
+TWO_MODEL, DRAFT_MODEL, SELF = TwoModel(), DraftModel(), SelfSpec()
+DFLASH, DSPARK, EAGLE3 = DFlash(), DSpark(), Eagle3()
+KINDS = {kind.name: kind for kind in (SELF, TWO_MODEL, DRAFT_MODEL, DFLASH, DSPARK, EAGLE3)}
 
 
 def least_positions(found: list) -> int | None:

@@ -25,13 +25,16 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils import logging as transformers_logging
 
+from workloads.decoding.dspark import attach_heads, is_dspark
 from workloads.decoding.eagle3 import Eagle3Model
-from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, EAGLE3, SELF, TWO_MODEL, PairKind
+from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, DSPARK, EAGLE3, SELF, TWO_MODEL, PairKind
 from workloads.models.pairspec import (
     OPTIONS,
     PairError,
     check_dflash_config,
+    checkpoint_dir,
     config_dict,
     is_dflash,
     is_eagle3_pair,
@@ -79,6 +82,13 @@ class DFlashPair(TwoModelPair):
 
 
 @dataclass(frozen=True)
+class DSparkPair(DFlashPair):
+    """A DSpark drafter: the DFlash backbone with its Markov and confidence heads attached."""
+
+    kind: ClassVar[PairKind] = DSPARK
+
+
+@dataclass(frozen=True)
 class Eagle3Pair(TwoModelPair):
     """An EAGLE-3 drafter (`workloads.decoding.eagle3.Eagle3Model`) over its verifier: it reads
     three of the verifier's hidden states and uses its embeddings and LM head."""
@@ -86,7 +96,7 @@ class Eagle3Pair(TwoModelPair):
     kind: ClassVar[PairKind] = EAGLE3
 
 
-Pair = TwoModelPair | DraftModelPair | SelfPair | DFlashPair | Eagle3Pair
+Pair = TwoModelPair | DraftModelPair | SelfPair | DFlashPair | DSparkPair | Eagle3Pair
 
 
 def _options(spec: dict) -> dict:
@@ -196,13 +206,24 @@ def load_dflash(ref: str, verifier: PreTrainedModel, options: dict, device: torc
     cls = DFlash2DraftModel if second else DFlashDraftModel
     path = str(Path(ref).expanduser()) if looks_like_path(ref) else ref
     kwargs = {k: v for k, v in options.items() if k in ("dtype", "attn_implementation")}
+    said = transformers_logging.get_verbosity()
+    if is_dspark(config):  # its heads' weights are not the backbone class's: attached below, not unexpected
+        transformers_logging.set_verbosity_error()
     try:
         drafter, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
     except (OSError, ValueError) as err:
         reason = str(err).splitlines()[0]
         raise PairError(f"pair.drafter: cannot load {ref!r} as a DFlash drafter: {reason}") from None
+    finally:
+        transformers_logging.set_verbosity(said)
     check_loaded("drafter", ref, info)
     check_dflash_fit(drafter, verifier)
+    if is_dspark(config):
+        try:
+            attach_heads(drafter, checkpoint_dir(ref), config)
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
+            reason = str(err).splitlines()[0]
+            raise PairError(f"pair.drafter: cannot load {ref!r}'s DSpark heads: {reason}") from None
     drafter.eval()
     return drafter.to(device) if drafter.device != device else drafter
 
@@ -277,7 +298,8 @@ def load_pair(spec: str | dict) -> Pair:
             profile = resolve("drafter", declared, spec.get("profile"), vtok)
         except ProfileError as err:
             raise PairError(str(err)) from None
-        return DFlashPair(name, drafter, verifier, vtok, profile)
+        return (DSparkPair if hasattr(drafter, "markov_head") else DFlashPair)(name, drafter, verifier, vtok,
+                                                                              profile)
     if keys == {"drafter", "verifier"}:
         verifier, vtok = _load("verifier", spec["verifier"], options, device)
         drafter, dtok = _load("drafter", spec["drafter"], options, device)

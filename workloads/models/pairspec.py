@@ -8,8 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from workloads.decoding.dspark import is_dspark
 from workloads.decoding.eagle3 import is_eagle3
-from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, EAGLE3, SELF, TWO_MODEL, PairKind, least_positions
+from workloads.decoding.kinds import (
+    DFLASH,
+    DRAFT_MODEL,
+    DSPARK,
+    EAGLE3,
+    SELF,
+    TWO_MODEL,
+    PairKind,
+    least_positions,
+)
 
 TOY_DIR = Path(__file__).parent / "toy"
 BUNDLED = {
@@ -19,6 +29,7 @@ BUNDLED = {
     # the toy drafter run as an autoregressive LM, as vLLM's draft_model runs it
     "toy-draft": {"drafter": str(TOY_DIR / "drafter"), "verifier": str(TOY_DIR / "verifier"),
                   "profile": {"attention": "causal"}},
+    "toy-dspark": {"drafter": str(TOY_DIR / "dspark"), "verifier": str(TOY_DIR / "verifier")},
     "toy-eagle3": {"drafter": str(TOY_DIR / "eagle3"), "verifier": str(TOY_DIR / "verifier")},
 }
 
@@ -45,10 +56,16 @@ def resolve_pair(spec: str | dict) -> tuple[str, dict]:
     return name, spec
 
 
+def checkpoint_dir(ref: str) -> Path | None:
+    """A checkpoint's local directory: the path itself, or a hub id's folder in the local hub
+    cache (None when not cached)."""
+    return Path(ref).expanduser() if looks_like_path(ref) else _cached_snapshot(ref)
+
+
 def config_dict(ref: str) -> dict | None:
     """A checkpoint's config.json without loading it: a local directory's, or a hub id's
     from the local hub cache; None when neither is here."""
-    path = Path(ref).expanduser() if looks_like_path(ref) else _cached_snapshot(ref)
+    path = checkpoint_dir(ref)
     try:
         return json.loads((path / "config.json").read_text()) if path is not None else None
     except (OSError, ValueError):
@@ -57,7 +74,8 @@ def config_dict(ref: str) -> dict | None:
 
 def is_dflash(spec: dict) -> bool:
     """A DFlash pair: the spec says `profile: {family: dflash}`, or the drafter's config is a
-    DFlash one (a `dflash_config`, or a DFlash architecture)."""
+    DFlash one (a `dflash_config`, or a DFlash architecture); a DSpark drafter is one too,
+    with heads of its own."""
     if (spec.get("profile") or {}).get("family") == "dflash":
         return True
     config = config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
@@ -175,6 +193,8 @@ def pair_kind(spec: str | dict) -> PairKind:
         return DRAFT_MODEL if is_causal_drafter(spec) else TWO_MODEL
     if (config := config_dict(spec["drafter"])) is not None:
         check_dflash_config(spec["drafter"], config)
+        if is_dspark(config):
+            return DSPARK
     return DFLASH
 
 

@@ -17,7 +17,7 @@ from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.serving.ngram import PROMPT_LOOKUP
 
-METHODS = ("none", "ngram", "dflash", "draft_model", "eagle3")
+METHODS = ("none", "ngram", "dflash", "dspark", "draft_model", "eagle3")
 
 
 def _positive(value) -> bool:
@@ -40,6 +40,8 @@ class ServingConfig:
     burstiness: float = 1.0  # shape of the gamma inter-arrival law: 1 Poisson, < 1 burstier
     seed: int = 0
     stop: tuple[str, ...] = field(default_factory=tuple)
+    dspark_draft_topk: int | None = None  # DSpark: its Markov chain picks among the block's top k
+    enable_adaptive_verification: bool = False  # DSpark: drafts sized per request by its confidence head
     engine: ClassVar[str] = "vllm"
 
     def __post_init__(self) -> None:
@@ -61,6 +63,12 @@ class ServingConfig:
             value = getattr(self, name)
             if (value is not None or name == "burstiness") and not _positive(value):
                 raise ServingError(f"{name}: must be a finite number > 0; got {value!r}")
+        top_k = self.dspark_draft_topk
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+            raise ServingError(f"dspark_draft_topk: must be an integer >= 1; got {top_k!r}")
+        if self.method != "dspark" and (top_k is not None or self.enable_adaptive_verification):
+            name = "dspark_draft_topk" if top_k is not None else "enable_adaptive_verification"
+            raise ServingError(f"{name}: a setting of method dspark; got method {self.method}")
 
     def speculative_config(self, drafter: str | None) -> dict | None:
         """vLLM's `speculative_config` for this method over `drafter` (a path or hub id; ngram
@@ -73,6 +81,10 @@ class ServingConfig:
             return {**config, "prompt_lookup_min": smallest, "prompt_lookup_max": largest}
         if drafter is None:
             raise ServingError(f"method: {self.method} needs a drafter; this pair has none")
+        if self.dspark_draft_topk is not None:
+            config["dspark_draft_topk"] = self.dspark_draft_topk
+        if self.enable_adaptive_verification:
+            config["enable_adaptive_verification"] = True
         return {**config, "model": drafter}
 
     def decode_config(self, kind: PairKind) -> DecodeConfig:
@@ -84,14 +96,19 @@ class ServingConfig:
             served = f"; use {kind.serving_method}" if kind.serving_method else ""
             raise ServingError(f"method: {self.method} has no counterpart in specsweep's engine on a "
                                f"{kind.name} pair{served}")
+        if self.enable_adaptive_verification:
+            raise ServingError("enable_adaptive_verification: has no counterpart in specsweep's engine (vLLM "
+                               "sizes each draft from cost tables it times at start)")
         return DecodeConfig(schedule="linear", block=kind.block_for(self.num_speculative_tokens), steps=1,
                             rule="lossless", temperature=self.temperature, max_new_tokens=self.max_new_tokens,
-                            seed=self.seed, stop=self.stop)
+                            seed=self.seed, stop=self.stop, draft_top_k=self.dspark_draft_topk)
 
     @property
-    def setting(self) -> tuple[str, int]:
-        """(method, num_speculative_tokens): what a server is started with, beside the load."""
-        return self.method, self.num_speculative_tokens
+    def setting(self) -> tuple:
+        """What a server is started with, beside the load: (method, num_speculative_tokens,
+        dspark_draft_topk, enable_adaptive_verification)."""
+        return (self.method, self.num_speculative_tokens, self.dspark_draft_topk,
+                self.enable_adaptive_verification)
 
     @property
     def one_at_a_time(self) -> bool:
@@ -101,7 +118,8 @@ class ServingConfig:
 
     def unspeculative(self) -> ServingConfig:
         """The same load without speculation: the control a trial's speed is compared with."""
-        return dataclasses.replace(self, method="none", num_speculative_tokens=0)
+        return dataclasses.replace(self, method="none", num_speculative_tokens=0, dspark_draft_topk=None,
+                                   enable_adaptive_verification=False)
 
     @property
     def exact(self) -> bool:

@@ -1,23 +1,26 @@
-"""Drafters that draft a chain, a token a pass, as vLLM serves them: EAGLE-3 (`toy-eagle3`) and
-an autoregressive drafter (`toy-draft`, vLLM's draft_model): greedy they emit the verifier's
-tokens, a batch's rows decode as each does alone, and their checkpoints and settings are
-checked in one line."""
+"""Drafters that draft a chain, as vLLM serves them: EAGLE-3 (`toy-eagle3`) and an
+autoregressive drafter (`toy-draft`, vLLM's draft_model), a token a pass, and DSpark
+(`toy-dspark`), a block pass then a Markov chain: greedy they emit the verifier's tokens, a
+batch's rows decode as each does alone, and their checkpoints and settings are checked in one
+line."""
 
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import safe_open
 
 from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.config import ConfigError
-from workloads.decoding.kinds import DRAFT_MODEL, EAGLE3, TWO_MODEL
+from workloads.decoding.dspark import MarkovHead, markov_chain
+from workloads.decoding.kinds import DRAFT_MODEL, DSPARK, EAGLE3, TWO_MODEL
 from workloads.models.pair import PairError, load_pair
 from workloads.models.pairspec import BUNDLED, pair_kind
 from workloads.tasks import get_task
 
-CHAINS = ["toy-eagle3", "toy-draft"]
+CHAINS = ["toy-eagle3", "toy-draft", "toy-dspark"]
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +35,7 @@ def prompts():
 
 def test_kinds_are_known_without_loading():
     assert pair_kind("toy-eagle3") is EAGLE3 and pair_kind("toy-draft") is DRAFT_MODEL
+    assert pair_kind("toy-dspark") is DSPARK
     assert pair_kind("toy") is TWO_MODEL  # the same drafter, drafting by block diffusion
 
 
@@ -59,7 +63,7 @@ def test_rows_of_a_batch_decode_as_each_does_alone(pairs, prompts, name, tempera
 
 @pytest.mark.parametrize("name", CHAINS)
 def test_settings_a_chain_has_no_use_for_are_refused_in_one_line(pairs, name):
-    with pytest.raises(ConfigError, match=r"^steps: .* a token a pass \(steps 1, no threshold\)$"):
+    with pytest.raises(ConfigError, match=r"^steps: an? [-\w ]+ drafter drafts .*\(steps 1, no threshold\)$"):
         decode(pairs[name], "1+1=", DecodeConfig(schedule="linear", block=4, steps=2))
     with pytest.raises(ConfigError, match="^schedule: packed cannot run"):
         decode(pairs[name], "1+1=", DecodeConfig(schedule="packed", block=4))
@@ -96,3 +100,44 @@ def test_a_checkpoint_that_lacks_a_weight_or_does_not_fit_is_one_line(tmp_path):
         load_pair(spec)
     with pytest.raises(PairError, match="^pair.profile.attention: an autoregressive"):
         load_pair({**BUNDLED["toy-draft"], "profile": {"attention": "causal", "shift": False}})
+
+
+@torch.no_grad()
+def test_dsparks_markov_chain_is_the_argmax_after_each_draft_within_the_top_k():
+    torch.manual_seed(0)
+    head, logits, anchor = MarkovHead(11, 3), torch.randn(2, 4, 11), torch.tensor([5, 7])
+    for top_k in (0, 3):
+        drafts = markov_chain(logits, anchor, head, top_k)
+        for row in range(2):
+            previous = int(anchor[row])
+            for i in range(4):
+                allowed = logits[row, i].topk(top_k).indices.tolist() if top_k else range(11)
+                scores = {c: float(logits[row, i, c] + head(torch.tensor(previous))[c]) for c in allowed}
+                previous = max(scores, key=scores.get)
+                assert int(drafts[row, i]) == previous
+
+
+def test_a_draft_top_k_keeps_dspark_exact(pairs, prompts):
+    config = DecodeConfig(schedule="linear", block=5, max_new_tokens=30, draft_top_k=2)
+    for prompt in prompts[:2]:
+        ar = decode(pairs["toy-dspark"], prompt, DecodeConfig(schedule="ar", max_new_tokens=30))
+        assert decode(pairs["toy-dspark"], prompt, config).token_ids == ar.token_ids
+
+
+def test_the_dspark_checkpoint_is_vllms_format():
+    """Qwen3DSparkForCausalLM's config keys (sample_from_anchor at the top: vLLM refuses it in
+    dflash_config) and the DFlash backbone's weights with the Markov and confidence heads."""
+    path = Path(BUNDLED["toy-dspark"]["drafter"])
+    config = json.loads((path / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3DSparkModel"] and config["model_type"] == "qwen3"
+    assert config["sample_from_anchor"] and "sample_from_anchor" not in config["dflash_config"]
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    rank = config["markov_rank"]
+    assert shapes["markov_head.markov_w1.weight"] == shapes["markov_head.markov_w2.weight"] == (101, rank)
+    assert shapes["confidence_head.proj.weight"] == (1, 128 + rank)
+    assert shapes["confidence_head.proj.bias"] == (1,)
+    with safe_open(f"{BUNDLED['toy-dflash']['drafter']}/model.safetensors", "pt") as f:
+        assert set(shapes) - set(f.keys()) == {  # noqa: SIM118
+            "markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "confidence_head.proj.weight",
+            "confidence_head.proj.bias"}

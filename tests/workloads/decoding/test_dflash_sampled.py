@@ -1,5 +1,5 @@
 """Sampled exactness of target-conditioned and chained drafting (`toy-dflash`, DFlash 2,
-`toy-eagle3`, and `toy-draft`'s autoregressive drafter, all over the toy verifier) at
+`toy-eagle3`, `toy-dspark` and `toy-draft`'s autoregressive drafter, over the toy verifier) at
 temperature 16, top-k 2
 (so every position has two outcomes of real mass, and the verifier's joint of the first
 four new tokens can be enumerated exactly from the verifier itself). Of five new tokens,
@@ -108,17 +108,17 @@ def test_dflash2_candidate_chains_keep_the_verifiers_joint(toy_dflash2, exact_jo
     assert outside == 0 and pvalue > ALPHA, f"DFlash 2 {schedule} {rule}: {outside} outside, p = {pvalue:.2g}"
 
 
-@pytest.mark.parametrize("name", ["toy-eagle3", "toy-draft"])
+@pytest.mark.parametrize("name", ["toy-eagle3", "toy-draft", "toy-dspark"])
 def test_greedy_chains_keep_the_verifiers_joint(name, exact_joint):
-    """EAGLE-3 and autoregressive drafts are argmax chains, as vLLM drafts them: q is a point
-    mass at the draft, so lossless verification keeps the verifier's law."""
+    """EAGLE-3, autoregressive and DSpark drafts are argmax chains, as vLLM drafts them: q is a
+    point mass at the draft, so lossless verification keeps the verifier's law."""
     config = DecodeConfig(schedule="linear", **SAMPLING)
     outside, pvalue, drafted = sampled(load_pair(name), config, exact_joint)
     assert drafted >= 3
     assert outside == 0 and pvalue > ALPHA, f"{name}: {outside} outside, p = {pvalue:.2g}"
 
 
-@pytest.mark.parametrize("name", ["toy-dflash", "toy-eagle3", "toy-draft"])
+@pytest.mark.parametrize("name", ["toy-dflash", "toy-eagle3", "toy-draft", "toy-dspark"])
 def test_the_same_harness_rejects_a_lossy_rule(name, exact_joint):
     config = DecodeConfig(schedule="linear", rule="linear", leniency=1.0, **SAMPLING)
     assert not is_exact(config)

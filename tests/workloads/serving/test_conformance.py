@@ -8,7 +8,10 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from tests.needs_vllm import on_vllm
 from tests.workloads.serving.engines import DFLASH
+from workloads.models.pairspec import refs
+from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, PromptCheck, check
+from workloads.serving.vllm import EngineSettings, VllmServer
 
 runner = CliRunner()
 
@@ -82,3 +85,13 @@ def test_each_drafter_family_vllm_serves_decodes_as_specsweep_does(pair, method)
     assert "greedy tokens identical: 6/6 prompts" in result.output
     accepted, drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0].split("/")
     assert int(drafted) > int(accepted) > 0  # drafts were checked: most accepted, some not
+
+
+@on_vllm
+def test_vllms_cpu_build_refuses_dspark_in_one_line():
+    """DSpark (and DFlash 2) run only in vLLM's V2 model runner, which needs Triton: the CPU
+    build says so when the server starts, and a sweep's trial fails with that line."""
+    server = VllmServer(EngineSettings.of(refs("toy-dspark"), ServingConfig(method="dspark",
+                                                                            num_speculative_tokens=3)))
+    with pytest.raises(ServingError, match="Model Runner V1 does not support: dspark speculative decoding"):
+        server.start(timeout=120)
