@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from workloads.decoding.acceptance import draw
-from workloads.decoding.drafting import DraftSettings, draft, slot_logits
+from workloads.decoding.drafting import DraftSettings, draft
 from workloads.decoding.dspark import markov_chain
 from workloads.decoding.layout import Layout, columns
 from workloads.decoding.rows import Rows, staying
@@ -182,7 +182,9 @@ class ChainDrafter(FeatureDrafter):
     def draft(self, rows: Rows, last: torch.Tensor, widths: torch.Tensor, width: int,
               settings: DraftSettings) -> tuple[torch.Tensor, torch.Tensor]:
         """DFlash 2's one-pass draft over every live row, row i's chain widths[i] slots long:
-        each slot keeps its top-k candidates by logit, and a candidate c after the token t
+        each slot keeps its top-k candidates by logit (k: the selector's, or the draft top-k
+        where that is smaller: the paths it selects among; no id excluded, as vLLM and the
+        `dflash` package select), and a candidate c after the token t
         chosen before it scores s(c) = logit(c) + ⟨pred(t) ⊙ W h, succ(c)⟩ (codebooks pred,
         succ; h the slot's state), drawn left to right from q = softmax(s / T) over the
         slot's candidates (argmax at a point-mass setting). Each token is drawn from its own
@@ -194,9 +196,9 @@ class ChainDrafter(FeatureDrafter):
         point = point_mass(settings.temperature, settings.top_k)
         if width == 0:
             return canvas, None
-        logits = slot_logits(self.block(rows, last, canvas, widths, widths > 0, settings.mask_token_id),
-                             settings)  # (L, W, V), the mask token excluded
-        unary, candidates = logits.topk(selector.top_k, dim=-1)  # (L, W, k)
+        block = self.block(rows, last, canvas, widths, widths > 0, settings.mask_token_id)
+        logits = block[:, 1:].float()  # (L, W, V): a mask row predicts its own position
+        unary, candidates = logits.topk(chain_width(selector.top_k, settings.top_k), dim=-1)  # (L, W, k)
         states = selector.hidden_projection(self.hidden[:, 1:].to(selector.hidden_projection.weight.dtype))
         successors = selector.successor_codebook(candidates)  # (L, W, k, r)
         before, q, tokens = last.to(logits.device), None if point else torch.zeros_like(logits), []
@@ -272,6 +274,11 @@ class Eagle3Drafter(Drafter):
                 state, drafted = pre[:, 0], logits[:, 0].argmax(-1)
         self.done, self.waiting = self.done + counts, torch.zeros_like(counts)
         return tokens, None
+
+
+def chain_width(selector: int, top_k: int) -> int:
+    """The candidates a DFlash 2 slot selects among: its selector's k, or a smaller draft top-k."""
+    return min(selector, top_k) if top_k else selector
 
 
 def _block_ids(pending: torch.Tensor, waiting: torch.Tensor, last: torch.Tensor, tokens: torch.Tensor,

@@ -29,6 +29,7 @@ BUNDLED = {
     # the toy drafter run as an autoregressive LM, as vLLM's draft_model runs it
     "toy-draft": {"drafter": str(TOY_DIR / "drafter"), "verifier": str(TOY_DIR / "verifier"),
                   "profile": {"attention": "causal"}},
+    "toy-dflash2": {"drafter": str(TOY_DIR / "dflash2"), "verifier": str(TOY_DIR / "verifier")},
     "toy-dspark": {"drafter": str(TOY_DIR / "dspark"), "verifier": str(TOY_DIR / "verifier")},
     "toy-eagle3": {"drafter": str(TOY_DIR / "eagle3"), "verifier": str(TOY_DIR / "verifier")},
 }

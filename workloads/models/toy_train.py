@@ -233,12 +233,12 @@ def save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, out: Path) -> No
     tok.save_pretrained(out)
 
 
-STAGES = ("verifier", "drafter", "self", "dflash", "dspark", "eagle3")
+STAGES = ("verifier", "drafter", "self", "dflash", "dflash2", "dspark", "eagle3")
 
 
 def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = STAGES,
               log: Callable[[str], None] = print) -> None:
-    """Train the toy models into out/{verifier,drafter,self,dflash,dspark,eagle3}; later stages start from
+    """Train the toy models into out/{verifier,drafter,self,dflash,dflash2,dspark,eagle3}; later stages start from
     the verifier in out/verifier when it is not retrained in this call."""
     tok = build_char_tokenizer()
     if "verifier" in stages:
@@ -262,12 +262,17 @@ def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = STAGES,
         from workloads.models.toy_dflash import save_dflash, train_dflash
 
         save_dflash(train_dflash(verifier, tok, seed, log), out / "dflash")
-    if "dspark" in stages:
+    if {"dflash2", "dspark"} & set(stages):  # both start from the DFlash drafter
         from dflash.model import DFlashDraftModel
 
+        dflash = DFlashDraftModel.from_pretrained(out / "dflash")
+    if "dflash2" in stages:
+        from workloads.models.toy_dflash2 import save_dflash2, train_dflash2
+
+        save_dflash2(train_dflash2(verifier, dflash, tok, seed, log), out / "dflash2")
+    if "dspark" in stages:
         from workloads.models.toy_dspark import save_dspark, train_dspark
 
-        dflash = DFlashDraftModel.from_pretrained(out / "dflash")
         save_dspark(train_dspark(verifier, dflash, tok, seed, log), out / "dspark")
     if "eagle3" in stages:
         from workloads.models.toy_eagle3 import train_eagle3

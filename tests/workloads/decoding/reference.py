@@ -19,7 +19,8 @@ import torch
 from workloads.decoding.acceptance import draw
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.dflash import DFlashNetwork, FeatureTap, is_dflash2
-from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores, slot_logits
+from workloads.decoding.drafters import chain_width
+from workloads.decoding.drafting import DraftSettings, candidates, commit_mask, proposals, scores
 from workloads.decoding.engine import draft_settings
 from workloads.decoding.layout import Call
 from workloads.decoding.masks import causal, packed
@@ -200,8 +201,8 @@ def chain_draft(drafter: DFlashDrafter, pending, last, width, settings, generato
     canvas = torch.full((width,), settings.mask_token_id, dtype=torch.long)
     if width == 0:
         return Draft(canvas, torch.zeros(0, 1), 0)
-    logits = slot_logits(drafter.block(pending, last, canvas), settings)
-    unary, options = logits.topk(selector.top_k, dim=-1)
+    logits = drafter.block(pending, last, canvas)[1:].float()  # no id excluded, as vLLM selects
+    unary, options = logits.topk(chain_width(selector.top_k, settings.top_k), dim=-1)
     states = selector.hidden_projection(drafter.hidden[1:].to(selector.hidden_projection.weight.dtype))
     successors = selector.successor_codebook(options)
     before, tokens, q = torch.tensor(last), [], torch.zeros_like(logits)

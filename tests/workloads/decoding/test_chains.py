@@ -15,7 +15,7 @@ from safetensors import safe_open
 from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.config import ConfigError
 from workloads.decoding.dspark import MarkovHead, markov_chain
-from workloads.decoding.kinds import DRAFT_MODEL, DSPARK, EAGLE3, TWO_MODEL
+from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, DSPARK, EAGLE3, TWO_MODEL
 from workloads.models.pair import PairError, load_pair
 from workloads.models.pairspec import BUNDLED, pair_kind
 from workloads.tasks import get_task
@@ -141,3 +141,23 @@ def test_the_dspark_checkpoint_is_vllms_format():
         assert set(shapes) - set(f.keys()) == {  # noqa: SIM118
             "markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "confidence_head.proj.weight",
             "confidence_head.proj.bias"}
+
+
+def test_the_dflash2_checkpoint_loads_in_both_formats_and_selects_among_its_draft_top_k(prompts):
+    """vLLM's names for the selector's codebooks (no `.weight`; the `dflash` package maps them)
+    and its settings inside dflash_config; greedy it emits the verifier's tokens at every
+    number of candidates a slot selects among (the selector's 4, or a draft top-k of 1 or 2)."""
+    path = Path(BUNDLED["toy-dflash2"]["drafter"])
+    config = json.loads((path / "config.json").read_text())
+    assert config["architectures"] == ["DFlash2DraftModel"] and config["dflash_config"]["selector_top_k"] == 4
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        names = set(f.keys())  # noqa: SIM118
+    assert {"candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook"} <= names
+    pair = load_pair("toy-dflash2")
+    assert pair.kind is DFLASH and pair.drafter.candidate_selector.top_k == 4
+    for prompt in prompts[:2]:
+        ar = decode(pair, prompt, DecodeConfig(schedule="ar", max_new_tokens=30)).token_ids
+        for top_k in (None, 1, 2):
+            out = decode(pair, prompt, DecodeConfig(schedule="linear", block=6, max_new_tokens=30,
+                                                    draft_top_k=top_k))
+            assert out.token_ids == ar and out.drafted > out.accepted > 0

@@ -88,10 +88,12 @@ def test_each_drafter_family_vllm_serves_decodes_as_specsweep_does(pair, method)
 
 
 @on_vllm
-def test_vllms_cpu_build_refuses_dspark_in_one_line():
-    """DSpark (and DFlash 2) run only in vLLM's V2 model runner, which needs Triton: the CPU
+@pytest.mark.parametrize(("pair", "method", "refusal"), [
+    ("toy-dspark", "dspark", "dspark speculative decoding"),
+    ("toy-dflash2", "dflash", "DFlash candidate-head drafts")])
+def test_vllms_cpu_build_refuses_dspark_and_dflash2_in_one_line(pair, method, refusal):
+    """DSpark and DFlash 2 run only in vLLM's V2 model runner, which needs Triton: the CPU
     build says so when the server starts, and a sweep's trial fails with that line."""
-    server = VllmServer(EngineSettings.of(refs("toy-dspark"), ServingConfig(method="dspark",
-                                                                            num_speculative_tokens=3)))
-    with pytest.raises(ServingError, match="Model Runner V1 does not support: dspark speculative decoding"):
+    server = VllmServer(EngineSettings.of(refs(pair), ServingConfig(method=method, num_speculative_tokens=3)))
+    with pytest.raises(ServingError, match=f"Model Runner V1 does not support: {refusal}"):
         server.start(timeout=120)
