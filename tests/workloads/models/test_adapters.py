@@ -190,7 +190,7 @@ def test_local_directory_and_hub_id_take_the_same_loading_call(checkpoints, monk
         ({"profile": {"family": "mamba"}}, "pair.profile.family: 'mamba' unknown"),
         (
             {"profile": {"shift": True, "attention": "sliding"}},
-            "pair.profile.attention: must be block or full",
+            "pair.profile.attention: must be one of block, full, causal",
         ),
         ({"profile": {"family": "dream"}}, "pair.drafter: mask token '<|mask|>' is not in the tokenizer"),
     ],
