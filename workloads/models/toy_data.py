@@ -1,4 +1,5 @@
-"""What the toy trainers share: `arith` training sequences and the learning-rate schedule."""
+"""What the toy trainers share: `arith` training sequences, their padding, the learning-rate
+schedule and the optimizer."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 import random
 from collections.abc import Callable
 
+import torch
 from transformers import PreTrainedTokenizerFast
 
 from workloads.tasks.arith import render, split_of
@@ -42,3 +44,28 @@ def warmup_cosine(steps: int) -> Callable[[int], float]:
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
     return factor
+
+
+def padded(seqs, pad: int, width: int = CLEAN_LEN) -> torch.Tensor:
+    """The sequences' ids (n, width), right-padded with `pad`."""
+    clean = torch.full((len(seqs), width), pad, dtype=torch.long)
+    for r, (seq, _) in enumerate(seqs):
+        clean[r, : len(seq)] = torch.tensor(seq)
+    return clean
+
+
+class Optimizer:
+    """AdamW (weight decay 0.01, betas 0.9/0.98) under `warmup_cosine`, gradients clipped to
+    norm 1: what each toy drafter trains with."""
+
+    def __init__(self, model: torch.nn.Module, lr: float, steps: int):
+        self.model = model
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, warmup_cosine(steps))
+
+    def step(self, loss: torch.Tensor) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.sched.step()

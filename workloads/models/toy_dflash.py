@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -24,7 +24,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
 from workloads.decoding.dflash import FeatureTap
 from workloads.decoding.masks import additive
-from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences, warmup_cosine
+from workloads.models.toy_data import CLEAN_LEN, IGNORE, Optimizer, padded, sample_sequences
 
 BLOCK = 8  # the anchor and 7 drafts (vLLM: num_speculative_tokens 7)
 TARGET_LAYERS = [1, 3, 5]  # of the verifier's 8
@@ -71,6 +71,22 @@ def build_blocks(seqs, rng: random.Random, features: torch.Tensor, mask_id: int,
     return context, ids, pos, additive(allowed), labels
 
 
+def verified_features(verifier: LlamaForCausalLM, tap: FeatureTap, clean: torch.Tensor) -> torch.Tensor:
+    """The tapped layers' outputs (n, L, F) of one frozen verifier pass over `clean`."""
+    with torch.no_grad():
+        verifier(input_ids=clean)
+        return tap.features
+
+
+def block_batches(verifier: LlamaForCausalLM, tap: FeatureTap, tok: PreTrainedTokenizerFast,
+                  rng: random.Random, steps: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Per training step, `build_blocks` of BATCH fresh sequences from one frozen verifier pass."""
+    for _ in range(steps):
+        seqs = sample_sequences(rng, tok, BATCH, 0.7)
+        features = verified_features(verifier, tap, padded(seqs, tok.pad_token_id))
+        yield build_blocks(seqs, rng, features, tok.mask_token_id, tok.eos_token_id)
+
+
 def train_dflash(verifier: LlamaForCausalLM, tok: PreTrainedTokenizerFast, seed: int = 0,
                  log: Callable[[str], None] = print, steps: int = STEPS):
     from dflash.model import DFlashDraftModel
@@ -81,22 +97,13 @@ def train_dflash(verifier: LlamaForCausalLM, tok: PreTrainedTokenizerFast, seed:
     verifier.eval().requires_grad_(False)
     embed, head = verifier.get_input_embeddings(), verifier.lm_head
     tap = FeatureTap(verifier, TARGET_LAYERS)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps))
+    optimizer = Optimizer(drafter, LR, steps)
     weights = torch.exp(-torch.arange(BLOCK - 1, dtype=torch.float32) / GAMMA)
     drafter.train()
     t0 = time.perf_counter()
     try:
-        for step in range(steps):
-            seqs = sample_sequences(rng, tok, BATCH, 0.7)
-            clean = torch.full((len(seqs), CLEAN_LEN), tok.pad_token_id, dtype=torch.long)
-            for r, (seq, _) in enumerate(seqs):
-                clean[r, : len(seq)] = torch.tensor(seq)
-            with torch.no_grad():
-                verifier(input_ids=clean)
-                features = tap.features
-            context, ids, pos, mask, labels = build_blocks(seqs, rng, features, tok.mask_token_id,
-                                                           tok.eos_token_id)
+        for step, batch in enumerate(block_batches(verifier, tap, tok, rng, steps)):
+            context, ids, pos, mask, labels = batch
             hidden = drafter(target_hidden=context, noise_embedding=embed(ids), position_ids=pos,
                              attention_mask=mask)
             logits = drafter.compute_logits(hidden[:, 1:], head).float()
@@ -105,11 +112,7 @@ def train_dflash(verifier: LlamaForCausalLM, tok: PreTrainedTokenizerFast, seed:
                                    reduction="none").view_as(labels)
             valid = (labels != IGNORE).float()
             loss = (loss * weights * valid).sum() / (weights * valid).sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer.step(loss)
             if step % 100 == 0 or step == steps - 1:
                 log(f"[dflash] step {step + 1}/{steps} loss {loss.item():.4f} "
                     f"({time.perf_counter() - t0:.0f}s)")

@@ -23,8 +23,8 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workloads.decoding.dflash import FeatureTap
-from workloads.models.toy_data import CLEAN_LEN, sample_sequences, warmup_cosine
-from workloads.models.toy_dflash import BATCH, BLOCK, GAMMA, LR, build_blocks
+from workloads.models.toy_data import Optimizer
+from workloads.models.toy_dflash import BLOCK, GAMMA, LR, block_batches
 
 SELECTOR = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}
 STEPS = 400
@@ -58,40 +58,26 @@ def train_dflash2(verifier: LlamaForCausalLM, dflash, tok: PreTrainedTokenizerFa
     verifier.eval().requires_grad_(False)
     embed, head = verifier.get_input_embeddings(), verifier.lm_head
     tap = FeatureTap(verifier, drafter.target_layer_ids)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=LR / 2, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps))
+    optimizer = Optimizer(drafter, LR / 2, steps)
     weights = torch.exp(-torch.arange(BLOCK - 1, dtype=torch.float32) / GAMMA)
     drafter.train()
     t0 = time.perf_counter()
     try:
-        for step in range(steps):
-            seqs = sample_sequences(rng, tok, BATCH, 0.7)
-            clean = torch.full((len(seqs), CLEAN_LEN), tok.pad_token_id, dtype=torch.long)
-            for r, (seq, _) in enumerate(seqs):
-                clean[r, : len(seq)] = torch.tensor(seq)
-            with torch.no_grad():
-                verifier(input_ids=clean)
-                features = tap.features
-            context, ids, pos, mask, labels = build_blocks(seqs, rng, features, tok.mask_token_id,
-                                                           tok.eos_token_id)
+        for step, batch in enumerate(block_batches(verifier, tap, tok, rng, steps)):
+            context, ids, pos, mask, labels = batch
             hidden = drafter(target_hidden=context, noise_embedding=embed(ids), position_ids=pos,
                              attention_mask=mask)[:, 1:]
             logits = drafter.compute_logits(hidden, head).float()
             block = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
             unary, candidates = logits.topk(selector.top_k, dim=-1)  # the gradient reaches the kept logits
             before = torch.cat([ids[:, :1], labels[:, :-1]], 1)
-            pairwise = (selector.successor_codebook(candidates)
-                        @ (selector.predecessor_codebook(before) * selector.hidden_projection(hidden))[..., None])
-            scores = unary + pairwise[..., 0]
+            after = selector.predecessor_codebook(before) * selector.hidden_projection(hidden)
+            scores = unary + (selector.successor_codebook(candidates) @ after[..., None])[..., 0]
             target = candidates == labels[..., None]
             found = target.any(-1)
             chosen = F.cross_entropy(scores[found], target[found].float().argmax(-1)) if found.any() else 0.0
             loss = (block * weights).sum() / (weights.sum() * len(labels)) + chosen
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer.step(loss)
             if step % 100 == 0 or step == steps - 1:
                 took = time.perf_counter() - t0
                 log(f"[dflash2] step {step + 1}/{steps} loss {loss.item():.4f} "

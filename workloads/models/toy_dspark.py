@@ -23,8 +23,8 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workloads.decoding.dflash import FeatureTap
 from workloads.decoding.dspark import attach_heads
-from workloads.models.toy_data import CLEAN_LEN, sample_sequences, warmup_cosine
-from workloads.models.toy_dflash import BATCH, BLOCK, GAMMA, LR, build_blocks
+from workloads.models.toy_data import CLEAN_LEN, Optimizer
+from workloads.models.toy_dflash import BLOCK, GAMMA, LR, block_batches
 
 DRAFTS = BLOCK - 1  # K: vLLM's num_speculative_tokens by default (top-level block_size)
 RANK = 16
@@ -55,22 +55,13 @@ def train_dspark(verifier: LlamaForCausalLM, dflash, tok: PreTrainedTokenizerFas
     verifier.eval().requires_grad_(False)
     embed, head = verifier.get_input_embeddings(), verifier.lm_head
     tap = FeatureTap(verifier, drafter.target_layer_ids)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps))
+    optimizer = Optimizer(drafter, LR, steps)
     weights = torch.exp(-torch.arange(DRAFTS, dtype=torch.float32) / GAMMA)
     drafter.train()
     t0 = time.perf_counter()
     try:
-        for step in range(steps):
-            seqs = sample_sequences(rng, tok, BATCH, 0.7)
-            clean = torch.full((len(seqs), CLEAN_LEN), tok.pad_token_id, dtype=torch.long)
-            for r, (seq, _) in enumerate(seqs):
-                clean[r, : len(seq)] = torch.tensor(seq)
-            with torch.no_grad():
-                verifier(input_ids=clean)
-                features = tap.features
-            context, ids, pos, mask, labels = build_blocks(seqs, rng, features, tok.mask_token_id,
-                                                           tok.eos_token_id)
+        for step, batch in enumerate(block_batches(verifier, tap, tok, rng, steps)):
+            context, ids, pos, mask, labels = batch
             # DSpark's layout: the first K rows, each predicting the position after it
             width = CLEAN_LEN + DRAFTS
             ids, pos, mask = ids[:, :DRAFTS], pos[:, :width], mask[:, :, :DRAFTS, :width]
@@ -83,11 +74,7 @@ def train_dspark(verifier: LlamaForCausalLM, dflash, tok: PreTrainedTokenizerFas
             sure = drafter.confidence_head(hidden, drafter.markov_head.markov_w1(previous))
             loss = (drafts * weights).sum() / (weights.sum() * len(labels))
             loss = loss + F.binary_cross_entropy(sure, hit)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer.step(loss)
             if step % 100 == 0 or step == steps - 1:
                 took = time.perf_counter() - t0
                 log(f"[dspark] step {step + 1}/{steps} loss {loss.item():.4f} accepted-now "

@@ -22,7 +22,8 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workloads.decoding.dflash import FeatureTap
 from workloads.decoding.eagle3 import Eagle3Model
-from workloads.models.toy_data import CLEAN_LEN, IGNORE, sample_sequences, warmup_cosine
+from workloads.models.toy_data import CLEAN_LEN, IGNORE, Optimizer, padded, sample_sequences
+from workloads.models.toy_dflash import verified_features
 
 LAYER_IDS = [2, 4, 5]  # vLLM's default for an 8-layer verifier: (2, L // 2, L − 3)
 PASSES = 3
@@ -59,22 +60,18 @@ def train_eagle3(verifier: LlamaForCausalLM, tok: PreTrainedTokenizerFast, seed:
     verifier.eval().requires_grad_(False)
     embed, head = verifier.get_input_embeddings(), verifier.lm_head
     tap = FeatureTap(verifier, drafter.tapped)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps))
+    optimizer = Optimizer(drafter, LR, steps)
     t, positions = CLEAN_LEN, torch.arange(CLEAN_LEN)
     drafter.train()
     t0 = time.perf_counter()
     try:
         for step in range(steps):
             seqs = sample_sequences(rng, tok, BATCH, 0.7)
-            clean = torch.full((len(seqs), t + PASSES + 1), tok.pad_token_id, dtype=torch.long)
+            clean = padded(seqs, tok.pad_token_id, t + PASSES + 1)
             labels = torch.full_like(clean, IGNORE)
             for r, (seq, plen) in enumerate(seqs):
-                clean[r, :len(seq)] = torch.tensor(seq)
                 labels[r, plen:len(seq)] = torch.tensor(seq[plen:])
-            with torch.no_grad():
-                verifier(input_ids=clean[:, :t])
-                features = tap.features
+            features = verified_features(verifier, tap, clean[:, :t])
             x, keys, values, loss, total = drafter.fc(features), [], [], 0.0, 0.0
             for s in range(1, PASSES + 1):
                 rows = positions.expand(len(seqs), -1)
@@ -91,11 +88,7 @@ def train_eagle3(verifier: LlamaForCausalLM, tok: PreTrainedTokenizerFast, seed:
                 loss = loss + weight * F.cross_entropy(logits.flatten(0, 1), target, ignore_index=IGNORE)
                 total += weight
             loss = loss / total
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer.step(loss)
             if step % 100 == 0 or step == steps - 1:
                 took = time.perf_counter() - t0
                 log(f"[eagle3] step {step + 1}/{steps} loss {loss.item():.4f} ({took:.0f}s)")

@@ -236,10 +236,11 @@ def save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, out: Path) -> No
 STAGES = ("verifier", "drafter", "self", "dflash", "dflash2", "dspark", "eagle3")
 
 
-def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = STAGES,
-              log: Callable[[str], None] = print) -> None:
-    """Train the toy models into out/{verifier,drafter,self,dflash,dflash2,dspark,eagle3}; later stages start from
-    the verifier in out/verifier when it is not retrained in this call."""
+def train_all(out: Path, seed: int = 0, stages: tuple[str, ...] = STAGES, log: Callable[[str], None] = print
+              ) -> None:
+    """Train the toy models into out/<stage> for each of `stages` (STAGES); later stages start
+    from the verifier in out/verifier when it is not retrained in this call (DFlash 2 and
+    DSpark from the DFlash drafter in out/dflash)."""
     tok = build_char_tokenizer()
     if "verifier" in stages:
         torch.manual_seed(seed)
