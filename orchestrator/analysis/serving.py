@@ -1,25 +1,34 @@
-"""What a serving engine needs to run an exported DFlash configuration as it was measured.
+"""What a serving engine needs to run an exported configuration of a served drafter as it
+was measured.
 
-vLLM (`speculative_config`) and SGLang (launch flags) run DFlash as one draft pass (K = 1)
-per verification, verified losslessly, drafting in the `linear` order: after each
-verification, from the newest features. Their number of speculative tokens is the
-pair kind's draft width, B − 1 (the block's first row is the anchor). Anything else
-specsweep measured — K > 1, τ, lenient rules, the one-call-ahead `packed` schedule — has no
-setting there; the export says so instead of writing a setting that would decode differently.
+vLLM (`speculative_config`) and SGLang (launch flags, where SGLang has the method) run a
+drafter as one draft per verification, verified losslessly, drafting in the `linear` order:
+after each verification, from the newest verified tokens. Their number of speculative tokens
+is the pair kind's draft width (DFlash's B − 1: the block's first row is the anchor; the
+chains' B). Anything else specsweep measured — K > 1, τ, lenient rules, the one-call-ahead
+`packed` schedule, a DFlash 2 slot's candidates narrowed by a draft top-k — has no setting
+there; the export says so instead of writing a setting that would decode differently.
+DSpark's draft top-k is vLLM's `dspark_draft_topk`.
 """
 
 from __future__ import annotations
 
 from orchestrator.engines import VLLM
 from workloads.decoding.kinds import PairKind
+from workloads.models.pairspec import config_dict, is_dflash2_config
 from workloads.serving.sglang_flags import flags, settings
 
 SGLANG = "sglang"  # the key of SGLang's launch flags under an export's `serving` (SGLang measures no trial)
 
 
-def specsweep_only(config: dict) -> list[str]:
-    """The settings of `config` no serving engine's DFlash has, as `name value` strings."""
+def specsweep_only(config: dict, drafter: str | None = None) -> list[str]:
+    """The settings of `config` (on `drafter`, a path or hub id) no serving engine has, as
+    `name value` strings."""
     out = []
+    dflash2 = drafter is not None and is_dflash2_config(config_dict(drafter) or {})
+    if dflash2 and config.get("draft_top_k"):
+        out.append(f"draft_top_k {config['draft_top_k']} (DFlash 2's candidates a slot: its checkpoint's "
+                   "selector_top_k in vLLM)")
     if config["schedule"] != "linear":
         out.append(f"schedule {config['schedule']}")
     if config.get("threshold") is not None:
@@ -34,16 +43,18 @@ def specsweep_only(config: dict) -> list[str]:
 def drafter_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     """{vllm: {speculative_config}, sglang: [flags]} for a drafter of `kind` (a served method)
     at config's block, or {specsweep_only: [...]} naming what no engine can set."""
-    blocked = specsweep_only(config)
+    blocked = specsweep_only(config, drafter)
     if blocked:
         return {"specsweep_only": blocked,
                 "note": "measured with settings vLLM and SGLang do not have; decode it with specsweep"}
     drafts = kind.draft_width(config["block"])
-    return {
-        VLLM.section: {"speculative_config": {"method": kind.serving_method, "model": drafter,
-                                              "num_speculative_tokens": drafts}},
-        SGLANG: flags(settings(kind.sglang_algorithm, drafter, drafts)),
-    }
+    speculative = {"method": kind.serving_method, "model": drafter, "num_speculative_tokens": drafts}
+    if kind.serving_method == "dspark" and config.get("draft_top_k"):
+        speculative["dspark_draft_topk"] = config["draft_top_k"]
+    out: dict = {VLLM.section: {"speculative_config": speculative}}
+    if kind.sglang_algorithm:
+        out[SGLANG] = flags(settings(kind.sglang_algorithm, drafter, drafts))
+    return out
 
 
 def drafts_schedule(chosen: dict[int, dict]) -> dict | None:

@@ -37,6 +37,7 @@ from workloads.models.pairspec import (
     checkpoint_dir,
     config_dict,
     is_dflash,
+    is_dflash2_config,
     is_eagle3_pair,
     looks_like_path,
     resolve_pair,
@@ -201,9 +202,7 @@ def load_dflash(ref: str, verifier: PreTrainedModel, options: dict, device: torc
         raise PairError(f"pair.drafter: cannot load {ref!r}: no config.json here; offline, download it first "
                         f"(huggingface-cli download {ref}) or pass a local path")
     check_dflash_config(ref, config)
-    settings = {**config, **(config.get("dflash_config") or {})}
-    second = "conv_kernel_size" in settings or any("DFlash2" in a for a in config.get("architectures") or ())
-    cls = DFlash2DraftModel if second else DFlashDraftModel
+    cls = DFlash2DraftModel if is_dflash2_config(config) else DFlashDraftModel
     path = str(Path(ref).expanduser()) if looks_like_path(ref) else ref
     kwargs = {k: v for k, v in options.items() if k in ("dtype", "attn_implementation")}
     said = transformers_logging.get_verbosity()

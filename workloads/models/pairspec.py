@@ -84,6 +84,12 @@ def is_dflash(spec: dict) -> bool:
                              or any("DFlash" in a for a in config.get("architectures") or ()))
 
 
+def is_dflash2_config(config: dict) -> bool:
+    """A DFlash 2 drafter's config.json: its convolutions' settings, or a DFlash 2 architecture."""
+    settings = {**config, **(config.get("dflash_config") or {})}
+    return "conv_kernel_size" in settings or any("DFlash2" in a for a in config.get("architectures") or ())
+
+
 def is_eagle3_pair(spec: dict) -> bool:
     """An EAGLE-3 pair: the drafter's config is an EAGLE-3 one (it names the verifier layers it
     reads, or an Eagle3 architecture)."""

@@ -1,7 +1,8 @@
-"""Serving-engine settings of exported DFlash configurations."""
+"""Serving-engine settings of exported configurations of served drafters."""
 
 from orchestrator.analysis.serving import drafter_serving, drafts_schedule
-from workloads.decoding.kinds import DFLASH
+from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, DSPARK, EAGLE3
+from workloads.models.pairspec import refs
 
 BASE = {"schedule": "linear", "block": 16, "steps": 1, "threshold": None, "rule": "lossless", "leniency": 0.0}
 
@@ -21,6 +22,27 @@ def test_settings_no_engine_has_are_named_instead_of_mapped():
     assert serving["specsweep_only"] == ["schedule packed", "steps 2", "rule linear (leniency 0.5)"]
     tau = drafter_serving(DFLASH, "d", {**BASE, "steps": None, "threshold": 0.9})
     assert tau["specsweep_only"] == ["threshold 0.9"]
+
+
+def test_each_family_maps_onto_its_own_vllm_method_and_sglang_algorithm():
+    eagle3 = drafter_serving(EAGLE3, "e", {**BASE, "block": 3})
+    assert eagle3["vllm"]["speculative_config"] == {"method": "eagle3", "model": "e",
+                                                    "num_speculative_tokens": 3}
+    assert eagle3["sglang"] == ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "e",
+                                "--speculative-num-draft-tokens", "4", "--speculative-num-steps", "3",
+                                "--speculative-eagle-topk", "1"]
+    assert drafter_serving(DRAFT_MODEL, "m", {**BASE, "block": 5})["sglang"][1] == "STANDALONE"
+    dspark = drafter_serving(DSPARK, "s", {**BASE, "block": 7, "draft_top_k": 2})
+    assert dspark == {"vllm": {"speculative_config": {"method": "dspark", "model": "s",  # SGLang has none
+                                                      "num_speculative_tokens": 7, "dspark_draft_topk": 2}}}
+
+
+def test_a_dflash2_slot_narrowed_by_a_draft_top_k_has_no_engine_setting():
+    drafter = refs("toy-dflash2")["drafter"]
+    narrowed = drafter_serving(DFLASH, drafter, {**BASE, "block": 8, "draft_top_k": 2})
+    assert narrowed["specsweep_only"] == ["draft_top_k 2 (DFlash 2's candidates a slot: its checkpoint's "
+                                          "selector_top_k in vLLM)"]
+    assert "vllm" in drafter_serving(DFLASH, drafter, {**BASE, "block": 8})
 
 
 def _served(n):
