@@ -8,7 +8,8 @@ is the pair kind's draft width (DFlash's B − 1: the block's first row is the a
 chains' B). Anything else specsweep measured — K > 1, τ, lenient rules, the one-call-ahead
 `packed` schedule, a DFlash 2 slot's candidates narrowed by a draft top-k — has no setting
 there; the export says so instead of writing a setting that would decode differently.
-DSpark's draft top-k is vLLM's `dspark_draft_topk`.
+DSpark's draft top-k is vLLM's `dspark_draft_topk` (SGLang's DSPARK has none: no SGLang
+flags then).
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ from workloads.serving.sglang_flags import flags, settings
 SGLANG = "sglang"  # the key of SGLang's launch flags under an export's `serving` (SGLang measures no trial)
 
 
+def is_dflash2(drafter: str | None) -> bool:
+    """Whether the checkpoint `drafter` (a path or hub id; its config.json read where it is
+    here) is a DFlash 2 drafter."""
+    return drafter is not None and is_dflash2_config(config_dict(drafter) or {})
+
+
 def specsweep_only(config: dict, drafter: str | None = None) -> list[str]:
     """The settings of `config` (on `drafter`, a path or hub id) no serving engine has, as
     `name value` strings."""
     out = []
-    dflash2 = drafter is not None and is_dflash2_config(config_dict(drafter) or {})
-    if dflash2 and config.get("draft_top_k"):
+    if config.get("draft_top_k") and is_dflash2(drafter):
         out.append(f"draft_top_k {config['draft_top_k']} (DFlash 2's candidates a slot: its checkpoint's "
                    "selector_top_k in vLLM)")
     if config["schedule"] != "linear":
@@ -52,7 +58,7 @@ def drafter_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     if kind.serving_method == "dspark" and config.get("draft_top_k"):
         speculative["dspark_draft_topk"] = config["draft_top_k"]
     out: dict = {VLLM.section: {"speculative_config": speculative}}
-    if kind.sglang_algorithm:
+    if kind.sglang_algorithm and "dspark_draft_topk" not in speculative:  # SGLang's DSPARK has no top-k
         out[SGLANG] = flags(settings(kind.sglang_algorithm, drafter, drafts))
     return out
 

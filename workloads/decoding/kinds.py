@@ -311,7 +311,7 @@ class DSpark(DFlash):
     min_block = 1
     small_block = ""
     serving_method = "dspark"
-    sglang_algorithm = None
+    sglang_algorithm = "DSPARK"
     chain = "a DSpark drafter drafts its block in one pass, then its Markov chain"
 
     def draft_width(self, block: int) -> int:

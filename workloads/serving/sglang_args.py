@@ -14,7 +14,7 @@ def main() -> None:
     from sglang.srt.server_args import prepare_server_args
 
     fields = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_draft_tokens",
-              "speculative_num_steps", "speculative_eagle_topk")
+              "speculative_num_steps", "speculative_eagle_topk", "speculative_dspark_block_size")
     out = []
     for argv in json.load(sys.stdin):
         errors = io.StringIO()

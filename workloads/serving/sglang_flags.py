@@ -24,13 +24,16 @@ def parser_path() -> Path:
 
 
 def settings(algorithm: str, drafter: str, drafts: int) -> dict:
-    """SGLang's speculative server arguments for `algorithm` (DFLASH, or EAGLE3 and STANDALONE,
-    which draft a chain) drafting `drafts` tokens with `drafter`. Its draft tokens count the
-    verified token too (vLLM's n drafts are SGLang's n + 1); a chain takes n steps of one
+    """SGLang's speculative server arguments for `algorithm` (DFLASH and DSPARK, which draft a
+    block, or EAGLE3 and STANDALONE, which draft a chain) drafting `drafts` tokens with
+    `drafter`. Its draft tokens count the verified token too (vLLM's n drafts are SGLang's
+    n + 1); DSPARK's block size is its n drafts (gamma); a chain takes n steps of one
     candidate each (top-k 1), as vLLM drafts it."""
     out = {"speculative_algorithm": algorithm, "speculative_draft_model_path": drafter,
            "speculative_num_draft_tokens": drafts + 1}
-    if algorithm != "DFLASH":
+    if algorithm == "DSPARK":
+        out["speculative_dspark_block_size"] = drafts
+    elif algorithm != "DFLASH":
         out |= {"speculative_num_steps": drafts, "speculative_eagle_topk": 1}
     return out
 

@@ -32,9 +32,12 @@ def test_each_family_maps_onto_its_own_vllm_method_and_sglang_algorithm():
                                 "--speculative-num-draft-tokens", "4", "--speculative-num-steps", "3",
                                 "--speculative-eagle-topk", "1"]
     assert drafter_serving(DRAFT_MODEL, "m", {**BASE, "block": 5})["sglang"][1] == "STANDALONE"
-    dspark = drafter_serving(DSPARK, "s", {**BASE, "block": 7, "draft_top_k": 2})
-    assert dspark == {"vllm": {"speculative_config": {"method": "dspark", "model": "s",  # SGLang has none
-                                                      "num_speculative_tokens": 7, "dspark_draft_topk": 2}}}
+    dspark = drafter_serving(DSPARK, "s", {**BASE, "block": 7})
+    assert dspark["sglang"][-2:] == ["--speculative-dspark-block-size", "7"]
+    narrowed = drafter_serving(DSPARK, "s", {**BASE, "block": 7, "draft_top_k": 2})
+    # SGLang's DSPARK has no draft top-k: vLLM's setting alone
+    assert narrowed == {"vllm": {"speculative_config": {"method": "dspark", "model": "s",
+                                                        "num_speculative_tokens": 7, "dspark_draft_topk": 2}}}
 
 
 def test_a_dflash2_slot_narrowed_by_a_draft_top_k_has_no_engine_setting():
@@ -42,7 +45,8 @@ def test_a_dflash2_slot_narrowed_by_a_draft_top_k_has_no_engine_setting():
     narrowed = drafter_serving(DFLASH, drafter, {**BASE, "block": 8, "draft_top_k": 2})
     assert narrowed["specsweep_only"] == ["draft_top_k 2 (DFlash 2's candidates a slot: its checkpoint's "
                                           "selector_top_k in vLLM)"]
-    assert "vllm" in drafter_serving(DFLASH, drafter, {**BASE, "block": 8})
+    served = drafter_serving(DFLASH, drafter, {**BASE, "block": 8})
+    assert served["vllm"]["speculative_config"]["method"] == "dflash" and served["sglang"][1] == "DFLASH"
 
 
 def _served(n):

@@ -21,7 +21,9 @@ def exported(block: int = 8) -> list[str]:
 def test_sglang_reads_an_exports_flags_as_meant_and_names_what_it_reads_otherwise():
     meant = settings("DFLASH", TOY["drafter"], 7)
     eagle3, draft = refs("toy-eagle3")["drafter"], refs("toy-draft")["drafter"]
-    chains = [settings("EAGLE3", eagle3, 3), settings("STANDALONE", draft, 5)]
+    chains = [settings("EAGLE3", eagle3, 3), settings("STANDALONE", draft, 5),
+              settings("DSPARK", refs("toy-dspark")["drafter"], 7),
+              settings("DFLASH", refs("toy-dflash2")["drafter"], 7)]
     good, wrong_block, misspelt, *chained = check([
         (TOY["verifier"], exported(), meant),
         (TOY["verifier"], exported(4), meant),
@@ -34,7 +36,7 @@ def test_sglang_reads_an_exports_flags_as_meant_and_names_what_it_reads_otherwis
     assert wrong_block == {"error": "SGLang reads speculative_num_draft_tokens 4, not 8"}
     unknown = "sglang serve: error: unrecognized arguments: --speculative-num-draft-tokenz 8"
     assert misspelt["error"] == unknown
-    assert [c["read"] for c in chained] == chains  # EAGLE-3 and a draft model: n steps, top-k 1, n + 1
+    assert [c["read"] for c in chained] == chains  # chains: n steps, top-k 1, n + 1; DSpark: block n
 
 
 def test_a_missing_parser_is_one_line_saying_how_to_set_it_up(monkeypatch, tmp_path):
