@@ -58,7 +58,9 @@ def drafter_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     if kind.serving_method == "dspark" and config.get("draft_top_k"):
         speculative["dspark_draft_topk"] = config["draft_top_k"]
     out: dict = {VLLM.section: {"speculative_config": speculative}}
-    if kind.sglang_algorithm and "dspark_draft_topk" not in speculative:  # SGLang's DSPARK has no top-k
+    if "dspark_draft_topk" in speculative:
+        out["sglang_note"] = "SGLang's DSPARK has no draft top-k"
+    elif kind.sglang_algorithm:
         out[SGLANG] = flags(settings(kind.sglang_algorithm, drafter, drafts))
     return out
 

@@ -187,8 +187,9 @@ def check_sglang_exports(written: list[Path], say: Callable[[str], None]) -> boo
     servable = {p: d for p, d in documents.items() if SGLANG in (d.get("serving") or {})}
     for path, document in documents.items():
         if path not in servable:
-            blocked = (document.get("serving") or {}).get("specsweep_only", [])
-            why = "; ".join(blocked) or "no drafter SGLang serves"
+            serving = document.get("serving") or {}
+            why = ("; ".join(serving.get("specsweep_only", []))
+                   or serving.get("sglang_note", "no drafter SGLang serves"))
             say(f"{path.name}: SGLang not checked: this export has no SGLang flags ({why})")
     pairs = {p: refs(d["pair"]) for p, d in servable.items()}
     # held to the export's vLLM setting, drafted by its pair's kind's method in SGLang

@@ -37,7 +37,8 @@ def test_each_family_maps_onto_its_own_vllm_method_and_sglang_algorithm():
     narrowed = drafter_serving(DSPARK, "s", {**BASE, "block": 7, "draft_top_k": 2})
     # SGLang's DSPARK has no draft top-k: vLLM's setting alone
     assert narrowed == {"vllm": {"speculative_config": {"method": "dspark", "model": "s",
-                                                        "num_speculative_tokens": 7, "dspark_draft_topk": 2}}}
+                                                        "num_speculative_tokens": 7, "dspark_draft_topk": 2}},
+                        "sglang_note": "SGLang's DSPARK has no draft top-k"}
 
 
 def test_a_dflash2_slot_narrowed_by_a_draft_top_k_has_no_engine_setting():
