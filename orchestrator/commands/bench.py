@@ -274,9 +274,10 @@ def dflash_bench(
     lossless configuration of PAIR and of VERSUS, each against `ar`."""
     from orchestrator.bench import dflash
     from orchestrator.bench.decode import arith
+    from workloads.decoding.kinds import DFLASH
 
     loaded = _load(pair, threads)
-    if not loaded.kind.target_conditioned:
+    if loaded.kind is not DFLASH:  # the dflash package's reference decodes DFlash drafters only
         raise typer.BadParameter(f"{pair} is not a DFlash pair (a {loaded.kind.name} pair)",
                                  param_hint="--pair")
     prompts = arith(n)[0]
@@ -303,12 +304,13 @@ def batch_bench(
     without speculation and with DFlash."""
     from orchestrator.bench import batch
     from orchestrator.bench.decode import arith
+    from workloads.decoding.kinds import DFLASH
     from workloads.models.pairspec import BUNDLED, pair_kind
     from workloads.serving.vllm import vllm_python
 
     sizes = batch.parse_sizes(batch_sizes)
     if vllm:  # refused before minutes of decoding, not after
-        if not (kind := pair_kind(pair)).target_conditioned:
+        if (kind := pair_kind(pair)) is not DFLASH:
             raise ValueError(f"--vllm: vLLM serves a DFlash pair's drafter; {pair} is a {kind.name} pair "
                              f"(use toy-dflash)")
         vllm_python()

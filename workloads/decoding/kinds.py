@@ -65,15 +65,13 @@ class Pair(Protocol):
 
 class PairKind:
     """What pairs of one kind run: the `schedules`; the speculative ones need `min_block`
-    (else the one-line `small_block` error); `target_conditioned`: the drafter reads the
-    verifier's features; `serving_method` is the serving engines' name for the method
-    (None: none serves it)."""
+    (else the one-line `small_block` error); `serving_method` is vLLM's name for its drafter's
+    method and `sglang_algorithm` SGLang's (None: that engine has none)."""
 
     name: str
     schedules: tuple[str, ...]
     min_block = 1
     small_block = ""
-    target_conditioned = False
     serving_method: str | None = None
     chain = ""  # drafting that has no K or τ to choose: why (steps must be 1, no threshold)
     sglang_algorithm: str | None = None  # SGLang's name for its drafter's method (None: none)
@@ -244,7 +242,6 @@ class DFlash(PairKind):
     name = "dflash"
     schedules = ("ar", "linear", "packed")
     min_block = 2
-    target_conditioned = True
     serving_method = "dflash"
     sglang_algorithm = "DFLASH"
     small_block = "block: a DFlash pair needs block >= 2 (the anchor and at least one draft)"
@@ -281,7 +278,6 @@ class Eagle3(PairKind):
 
     name = "eagle3"
     schedules = ("ar", "linear")
-    target_conditioned = True
     serving_method = "eagle3"
     sglang_algorithm = "EAGLE3"
 
