@@ -44,10 +44,14 @@ def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: i
 
 
 def workaround(results) -> dict:
-    """The tag naming the vLLM code the plugin patched for a kernel defect of this machine's
-    vLLM (`infra/vllm/plugin`), on runs whose servers needed it."""
-    patched = sorted({p for out in results for p in (out.get("engine_report") or {}).get("patched", [])})
-    return {"specsweep.vllm_workaround": "rms_norm per layer: " + ",".join(patched)} if patched else {}
+    """The tags naming what the plugin (`infra/vllm/plugin`) did on runs whose servers needed
+    it: the vLLM code it patched for a kernel defect of this machine's vLLM, and the V1 port
+    that drafted where this vLLM drafts only in its V2 runner (DSpark, DFlash 2 on CPU)."""
+    reports = [out.get("engine_report") or {} for out in results]
+    patched = sorted({p for report in reports for p in report.get("patched", [])})
+    ported = sorted({report["drafter"] for report in reports if report.get("drafter")})
+    return ({"specsweep.vllm_workaround": "rms_norm per layer: " + ",".join(patched)} if patched else {}) \
+        | ({"specsweep.vllm_v1_port": ",".join(ported)} if ported else {})
 
 
 def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) -> dict:

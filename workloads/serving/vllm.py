@@ -172,13 +172,15 @@ class VllmServer:
         """What the plugin found and did, in one line."""
         if not self.report:
             return "vLLM kernel check: no report (the plugin did not run; run `make vllm`)"
+        drafter = self.report.get("drafter")
+        port = f"; drafted by the plugin's V1 port {drafter}" if drafter else ""
         if not self.report.get("rms_norm_row_zero_defect"):
-            return "vLLM kernel check: rms_norm is right; nothing worked around"
+            return "vLLM kernel check: rms_norm is right; nothing worked around" + port
         if not self.report.get("workaround", True):
             return ("vLLM kernel check: rms_norm row-0 defect found, workaround off "
                     "(multi-layer DFlash drafts normalise context K with layer 0's weight)")
         return ("vLLM kernel check: rms_norm row-0 defect found, worked around in "
-                + (", ".join(self.report.get("patched", [])) or "no loaded module"))
+                + (", ".join(self.report.get("patched", [])) or "no loaded module") + port)
 
     def alive(self) -> bool:
         """Its process runs and it answers /health (a dead engine core fails the check)."""

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from orchestrator.sweep.runs import ACCEPTANCE, trial_log
+from orchestrator.sweep.runs import ACCEPTANCE, trial_log, workaround
 from orchestrator.sweep.shards import Job
 from orchestrator.sweep.space import Candidate
 from workloads.decoding import DecodeConfig
@@ -26,3 +26,12 @@ def test_a_drafting_trial_logs_its_acceptance_by_position():
 def test_a_run_without_drafts_logs_no_acceptance_by_position():
     entry = logged(DecodeConfig(schedule="ar"), [{"index": 0, "accept_lengths": []}])
     assert entry.series == {} and entry.documents == {}
+
+
+def test_runs_drafted_by_the_plugins_v1_port_are_tagged_with_it():
+    results = [{"engine_report": {"patched": ["qwen3_dflash.DFlashQwen3Model"], "drafter": "DSparkProposer"}},
+               {"engine_report": {"patched": ["qwen3_dflash.DFlashQwen3Model"]}}, {}]
+    assert workaround(results) == {
+        "specsweep.vllm_workaround": "rms_norm per layer: qwen3_dflash.DFlashQwen3Model",
+        "specsweep.vllm_v1_port": "DSparkProposer"}
+    assert workaround([{"engine_report": {"patched": []}}]) == {}

@@ -10,6 +10,9 @@ K of all their layers in one call with the stacked per-layer k_norm weights
 layer with that layer's weight, which is what the stacked call means, unless
 `SPECSWEEP_VLLM_WORKAROUND=off` (to show what stock vLLM does). What it found and did is
 written as JSON to the file `SPECSWEEP_VLLM_REPORT` names, for the run to log.
+
+On CPU it also lets the V1 model runner draft DSpark and DFlash 2, which vLLM drafts only in its
+V2 runner (v1_drafters), unless the same switch is off.
 """
 
 from __future__ import annotations
@@ -63,7 +66,23 @@ def register() -> None:
                         and "_normalize_context_k" in vars(cls):
                     cls._normalize_context_k = per_layer
                     patched.append(f"{name}.{cls.__name__}")
-    report = os.environ.get("SPECSWEEP_VLLM_REPORT")
-    if report:
-        with open(report, "w") as f:
-            json.dump({"rms_norm_row_zero_defect": defect, "workaround": allowed, "patched": patched}, f)
+    ported = []
+    if current_platform.is_cpu() and allowed:
+        from specsweep_vllm import v1_drafters
+
+        ported = v1_drafters.install()
+    record(rms_norm_row_zero_defect=defect, workaround=allowed, patched=patched, ported=ported)
+
+
+def record(**fields) -> None:
+    """Adds `fields` to the JSON report `SPECSWEEP_VLLM_REPORT` names (each of the server's
+    processes adds what it found; the engine's adds the drafter it built)."""
+    path = os.environ.get("SPECSWEEP_VLLM_REPORT")
+    if not path:
+        return
+    report = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            report = json.load(f)
+    with open(path, "w") as f:
+        json.dump(report | fields, f)
