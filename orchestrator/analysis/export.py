@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.analysis.metrics import NUMBER
-from orchestrator.analysis.serving import SGLANG, drafter_serving, drafts_schedule
+from orchestrator.analysis.serving import SGLANG, cpu_port_note, drafter_serving, drafts_schedule
 from orchestrator.analysis.timing import drift_key, timing_report
 from orchestrator.engines import VLLM, engine_of
 from orchestrator.files import write_yaml
@@ -299,6 +299,9 @@ def _document(spec, study, row: dict, pairs: dict, timing: dict) -> dict:
         notes.append("lossy: this configuration does not reproduce the verifier's distribution")
     if row.get("timing_flagged"):
         notes.append("timing flagged: its ar controls ran far from the sweep's typical speed")
+    port = cpu_port_note(((serving or {}).get(VLLM.section) or {}).get("speculative_config"))
+    if port:
+        notes.append(port)
     if notes:
         document["note"] = "; ".join(notes)
     return document

@@ -28,6 +28,19 @@ def is_dflash2(drafter: str | None) -> bool:
     return drafter is not None and is_dflash2_config(config_dict(drafter) or {})
 
 
+def cpu_port_note(speculative: dict | None) -> str | None:
+    """What serving `speculative` on vLLM's CPU build needs, where it drafts in vLLM's V2 model
+    runner only (DSpark, DFlash 2), which that build lacks; None otherwise."""
+    if not speculative:
+        return None
+    method = speculative["method"]
+    if method == "dspark" or (method == "dflash" and is_dflash2(speculative.get("model"))):
+        family = "DSpark" if method == "dspark" else "DFlash 2"
+        return (f"vLLM's CPU build drafts {family} only with the project's vLLM plugin (pip install "
+                "infra/vllm/plugin: its V1 port, as measured here on CPU); GPU builds draft it themselves")
+    return None
+
+
 def specsweep_only(config: dict, drafter: str | None = None) -> list[str]:
     """The settings of `config` (on `drafter`, a path or hub id) no serving engine has, as
     `name value` strings."""

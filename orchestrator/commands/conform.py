@@ -26,6 +26,8 @@ def conform(
     data: Path = typer.Option(None, help="The task's local data file, where it needs one.", **OPT),
     prompts: Path = typer.Option(None, help="Text file (a prompt a line) or JSONL instead of --task.", **OPT),
     max_new_tokens: int = typer.Option(48, min=1),
+    dspark_draft_topk: int = typer.Option(None, help="DSpark: its Markov head picks among the base logits' "
+                                          "top k (vLLM's dspark_draft_topk; specsweep's draft_top_k)."),
     workaround: bool = typer.Option(True, help="Let the vLLM plugin work around the kernel defect it finds "
                                     "(--no-workaround shows what stock vLLM does)."),
 ) -> None:
@@ -48,15 +50,16 @@ def conform(
     method = method or kind.serving_method
     if method is None:
         raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
-                           "use a DFlash, EAGLE-3 or autoregressive-drafter pair (toy-dflash, toy-eagle3, "
-                           "toy-draft) or --method ngram")
+                           "use a DFlash, DFlash 2, DSpark, EAGLE-3 or autoregressive-drafter pair (toy-dflash, "
+                           "toy-dflash2, toy-dspark, toy-eagle3, toy-draft) or --method ngram")
     if method != "ngram":
         try:
             check_drafts(pair, pair, draft_tokens, dflash=True)
         except ValueError as err:
             raise ServingError(f"--draft-tokens: {err}") from None
     vllm_python()  # set up, before the pair loads
-    config = ServingConfig(method=method, num_speculative_tokens=draft_tokens, max_new_tokens=max_new_tokens)
+    config = ServingConfig(method=method, num_speculative_tokens=draft_tokens, max_new_tokens=max_new_tokens,
+                           dspark_draft_topk=dspark_draft_topk)
     if prompts is not None:
         texts = read_prompts(prompts)
     else:

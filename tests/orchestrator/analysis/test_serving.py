@@ -1,6 +1,6 @@
 """Serving-engine settings of exported configurations of served drafters."""
 
-from orchestrator.analysis.serving import drafter_serving, drafts_schedule
+from orchestrator.analysis.serving import cpu_port_note, drafter_serving, drafts_schedule
 from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, DSPARK, EAGLE3
 from workloads.models.pairspec import refs
 
@@ -67,3 +67,11 @@ def test_no_drafts_schedule_for_one_n_another_method_or_a_size_no_engine_serves(
     assert drafts_schedule({1: _served(7), 4: other}) is None
     assert drafts_schedule({1: _served(7), 4: {"specsweep_only": ["steps 2"]}}) is None
     assert drafts_schedule({1: _served(0), 4: _served(0)}) is None
+
+
+def test_dspark_and_dflash2_exports_say_vllms_cpu_build_needs_the_plugin():
+    dflash2 = refs("toy-dflash2")["drafter"]
+    assert "DSpark only with the project's vLLM plugin" in cpu_port_note({"method": "dspark", "model": "s"})
+    assert "DFlash 2 only with" in cpu_port_note({"method": "dflash", "model": dflash2})
+    assert cpu_port_note({"method": "dflash", "model": refs("toy-dflash")["drafter"]}) is None
+    assert cpu_port_note(None) is None and cpu_port_note({"method": "eagle3", "model": "e"}) is None
