@@ -27,31 +27,22 @@ DFLASH2_ARCHITECTURES = ("DFlash2DraftModel",)
 REFUSALS = ("dspark speculative decoding", "DFlash candidate-head drafts")
 
 
-def port_of(speculative_config) -> type | None:
-    """The port that drafts this configuration, or None where V1's own proposer does."""
+def family(speculative_config) -> str | None:
+    """"dspark" or "dflash2" where this configuration drafts with one of the ports, else None
+    (V1's own proposers draft it)."""
     if speculative_config is None or speculative_config.draft_model_config is None:
         return None
     architectures = set(speculative_config.draft_model_config.architectures or ())
     if speculative_config.method == "dspark" and architectures & set(DSPARK_ARCHITECTURES):
-        return _proposers()[0]
+        return "dspark"
     if speculative_config.method == "dflash" and architectures & set(DFLASH2_ARCHITECTURES):
-        return _proposers()[1]
+        return "dflash2"
     return None
 
 
-def _proposers() -> tuple[type, type]:
-    """The two proposer classes (defined on first use: they subclass vLLM's, which the plugin
-    imports only inside vLLM's processes)."""
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = _define()
-    return _CLASSES
-
-
-_CLASSES: tuple[type, type] | None = None
-
-
-def _define() -> tuple[type, type]:
+def _define() -> dict[str, type]:
+    """The ports by family (classes defined here: they subclass vLLM's proposer, which the
+    plugin imports only inside vLLM's processes)."""
     from vllm.v1.spec_decode.dflash import DFlashProposer
 
     class AnchoredDFlashProposer(DFlashProposer):
@@ -123,7 +114,7 @@ def _define() -> tuple[type, type]:
                 drafts.append(candidates[rows, i, previous])
             return torch.stack(drafts, dim=1).view(-1), None
 
-    return DSparkProposer, DFlash2Proposer
+    return {"dspark": DSparkProposer, "dflash2": DFlash2Proposer}
 
 
 def install() -> list[str]:
@@ -138,10 +129,11 @@ def install() -> list[str]:
         return [feature for feature in refused(self) if feature not in REFUSALS]
 
     runner_init = cpu_model_runner.CPUModelRunner.__init__
+    ports = _define()
 
     def init(self, vllm_config, device) -> None:
         runner_init(self, vllm_config, device)
-        port = port_of(vllm_config.speculative_config)
+        port = ports.get(family(vllm_config.speculative_config))
         if port is not None:
             with cpu_model_runner._torch_cuda_wrapper():
                 self.drafter = port(vllm_config, self.device, self)
