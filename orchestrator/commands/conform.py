@@ -50,8 +50,8 @@ def conform(
     method = method or kind.serving_method
     if method is None:
         raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
-                           "use a DFlash, DFlash 2, DSpark, EAGLE-3 or autoregressive-drafter pair (toy-dflash, "
-                           "toy-dflash2, toy-dspark, toy-eagle3, toy-draft) or --method ngram")
+                           "use a DFlash, DFlash 2, DSpark, EAGLE-3 or autoregressive-drafter pair "
+                           "(toy-dflash, toy-dflash2, toy-dspark, toy-eagle3, toy-draft) or --method ngram")
     if method != "ngram":
         try:
             check_drafts(pair, pair, draft_tokens, dflash=True)

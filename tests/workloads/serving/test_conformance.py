@@ -39,9 +39,9 @@ def test_conform_refuses_a_pair_vllm_cannot_serve_in_one_line():
     result = runner.invoke(app, ["conform", "--pair", "toy"])
     assert result.exit_code == 2
     assert result.output.strip() == ("error: pair: toy is a two-model pair, whose drafter vLLM does not "
-                                     "serve; use a DFlash, DFlash 2, DSpark, EAGLE-3 or autoregressive-drafter "
-                                     "pair (toy-dflash, toy-dflash2, toy-dspark, toy-eagle3, toy-draft) or "
-                                     "--method ngram")
+                                     "serve; use a DFlash, DFlash 2, DSpark, EAGLE-3 or "
+                                     "autoregressive-drafter pair (toy-dflash, toy-dflash2, toy-dspark, "
+                                     "toy-eagle3, toy-draft) or --method ngram")
 
 
 @on_vllm
