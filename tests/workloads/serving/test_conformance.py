@@ -79,34 +79,26 @@ def test_vllms_ngram_drafting_is_the_replay_over_the_verifiers_greedy_output():
 
 
 @on_vllm
-@pytest.mark.parametrize(("pair", "method"), [("toy-eagle3", "eagle3"), ("toy-draft", "draft_model")])
-def test_each_drafter_family_vllm_serves_decodes_as_specsweep_does(pair, method):
-    """EAGLE-3 and an autoregressive drafter (vLLM's draft_model), greedy: per prompt the same
-    tokens, drafts, drafted and accepted tokens as specsweep's replay of their chains."""
-    result = runner.invoke(app, ["conform", "--pair", pair, "--draft-tokens", "3", "--limit", "4",
-                                 "--max-new-tokens", "32"])
+@pytest.mark.parametrize(("pair", "method", "draft_tokens", "limit", "max_new_tokens", "port"), [
+    ("toy-eagle3", "eagle3", 3, 4, 32, None), ("toy-draft", "draft_model", 3, 4, 32, None),
+    ("toy-dspark", "dspark", 7, 8, 48, "DSparkProposer"),
+    ("toy-dflash2", "dflash", 7, 8, 48, "DFlash2Proposer")])
+def test_each_drafter_family_vllm_serves_decodes_as_specsweep_does(pair, method, draft_tokens, limit,
+                                                                   max_new_tokens, port):
+    """EAGLE-3, an autoregressive drafter (vLLM's draft_model), DSpark and DFlash 2, greedy: per
+    prompt the same tokens, drafts, drafted and accepted tokens as specsweep's replay. vLLM's CPU
+    build drafts the last two only in its V2 runner; the plugin's V1 port drafts them here. 8
+    prompts of 48 tokens: a port without DSpark's Markov head or DFlash 2's candidate walk
+    differed there in 2 and 1 prompts (checked by hand)."""
+    result = runner.invoke(app, ["conform", "--pair", pair, "--draft-tokens", str(draft_tokens),
+                                 "--limit", str(limit), "--max-new-tokens", str(max_new_tokens)])
     assert result.exit_code == 0, result.output
-    assert f"conformance of {method} num_speculative_tokens=3" in result.output and "PASS" in result.output
-    assert "greedy tokens identical: 4/4 prompts" in result.output
+    assert f"conformance of {method} num_speculative_tokens={draft_tokens}" in result.output
+    assert "PASS" in result.output and f"greedy tokens identical: {limit}/{limit} prompts" in result.output
+    if port:
+        assert f"drafted by the plugin's V1 port {port}" in result.output
     accepted, drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0].split("/")
     assert int(drafted) > int(accepted) > 0  # drafts were checked: most accepted, some not
-
-
-@on_vllm
-@pytest.mark.parametrize(("pair", "method", "port"), [("toy-dspark", "dspark", "DSparkProposer"),
-                                                      ("toy-dflash2", "dflash", "DFlash2Proposer")])
-def test_dspark_and_dflash2_drafted_in_vllms_v1_runner_decode_as_specsweep_does(pair, method, port):
-    """vLLM's CPU build drafts both only in its V2 runner; the plugin's V1 port drafts them and,
-    greedy, per prompt, gives specsweep's tokens, drafts, drafted and accepted tokens. 8 prompts
-    of 48 tokens: a port without DSpark's Markov head or DFlash 2's candidate walk differed
-    there in 2 and 1 prompts (checked by hand)."""
-    result = runner.invoke(app, ["conform", "--pair", pair, "--draft-tokens", "7", "--limit", "8"])
-    assert result.exit_code == 0, result.output
-    assert f"conformance of {method} num_speculative_tokens=7" in result.output and "PASS" in result.output
-    assert "greedy tokens identical: 8/8 prompts" in result.output
-    assert f"drafted by the plugin's V1 port {port}" in result.output
-    accepted, drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0].split("/")
-    assert int(drafted) > int(accepted) > 0
 
 
 @on_vllm

@@ -66,12 +66,11 @@ def register() -> None:
                         and "_normalize_context_k" in vars(cls):
                     cls._normalize_context_k = per_layer
                     patched.append(f"{name}.{cls.__name__}")
-    ported = []
     if current_platform.is_cpu() and allowed:
         from specsweep_vllm import v1_drafters
 
-        ported = v1_drafters.install()
-    record(rms_norm_row_zero_defect=defect, workaround=allowed, patched=patched, ported=ported)
+        v1_drafters.install()
+    record(rms_norm_row_zero_defect=defect, workaround=allowed, patched=patched)
 
 
 def record(**fields) -> None:

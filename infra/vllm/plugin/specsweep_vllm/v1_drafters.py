@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from specsweep_vllm import record
+
 DSPARK_ARCHITECTURES = ("Qwen3DSparkModel",)
 DFLASH2_ARCHITECTURES = ("DFlash2DraftModel",)
 REFUSALS = ("dspark speculative decoding", "DFlash candidate-head drafts")
@@ -117,9 +119,9 @@ def _define() -> dict[str, type]:
     return {"dspark": DSparkProposer, "dflash2": DFlash2Proposer}
 
 
-def install() -> list[str]:
+def install() -> None:
     """Lets V1 start DSpark and DFlash 2 drafts (the config's refusal drops them) and gives
-    the CPU model runner the port as its drafter; returns what it changed."""
+    the CPU model runner the port as its drafter (recorded in the report as `drafter`)."""
     from vllm.config.vllm import VllmConfig
     from vllm.v1.worker import cpu_model_runner
 
@@ -138,10 +140,7 @@ def install() -> list[str]:
             with cpu_model_runner._torch_cuda_wrapper():
                 self.drafter = port(vllm_config, self.device, self)
             self.use_aux_hidden_state_outputs = True  # the verifier's hidden states, as DFlash
-            from specsweep_vllm import record
-
             record(drafter=port.__name__)
 
     VllmConfig._get_v1_model_runner_unsupported_features = unsupported
     cpu_model_runner.CPUModelRunner.__init__ = init
-    return ["VllmConfig._get_v1_model_runner_unsupported_features", "CPUModelRunner.__init__"]
