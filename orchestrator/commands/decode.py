@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.errors import user_errors
+from orchestrator.trust import TRUST, check_remote_code
 
 OPT = dict(show_default=False)
 
@@ -66,6 +67,7 @@ def decode(
     seed: int = typer.Option(None, **OPT),
     stop: list[str] = typer.Option(None, help="Stop string (repeatable).", **OPT),
     verify_order: str = typer.Option(None, help="ltr | confidence (any-order packed, dual-mode).", **OPT),
+    trust_remote_code: bool = TRUST,
 ) -> None:
     """Decode prompts with a pair under one configuration and print text and measurements."""
     from workloads.decoding import DecodeConfig
@@ -77,6 +79,8 @@ def decode(
                  verify_order=verify_order)
     document = read_config(config) if config is not None else {}
     pair = document.get("pair") if pair is None else pair
+    if isinstance(pair, dict):
+        check_remote_code({pair.get("name", "custom"): pair}, trust_remote_code, "config")
     if batch_size is None and isinstance(document.get("batch_size"), int) and document["batch_size"] >= 1:
         batch_size = document["batch_size"]  # an export decodes at the batch size it was measured at
     settings = DecodeConfig.from_dict(document.get("config", document)).to_dict()

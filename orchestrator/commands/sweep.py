@@ -11,6 +11,7 @@ import typer
 
 from orchestrator.analysis.schedule import MAX_REPEATS
 from orchestrator.errors import user_errors
+from orchestrator.trust import TRUST, check_remote_code
 
 ROOT = typer.Option(Path("."), "--root", help="Directory holding .specsweep/ (sweep state, local MLflow).")
 
@@ -93,6 +94,7 @@ def run(
         help="MLflow URI (default: the spec's, else a local sqlite store under .specsweep/).",
     ),
     root: Path = ROOT,
+    trust_remote_code: bool = TRUST,
 ) -> None:
     """Run a sweep: baselines, then trials on Ray workers, tracked in MLflow."""
     from rich.console import Console
@@ -104,6 +106,7 @@ def run(
     if resume and fresh:
         raise ValueError("--resume, --fresh: give one of them")
     spec = load_spec(spec_path)
+    check_remote_code({p.name: p.load_spec() for p in spec.pairs}, trust_remote_code, "spec")
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     bar, show = _progress_bar(console, spec)
     driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)

@@ -102,7 +102,8 @@ Pair = TwoModelPair | DraftModelPair | SelfPair | DFlashPair | DSparkPair | Eagl
 
 def _options(spec: dict) -> dict:
     """`from_pretrained` keyword arguments from the pair spec's loading options."""
-    kwargs: dict = {"trust_remote_code": bool(spec.get("trust_remote_code", False))}
+    # only a true boolean: a string such as "false" is not a request to run code
+    kwargs: dict = {"trust_remote_code": spec.get("trust_remote_code") is True}
     if "dtype" in spec:
         if spec["dtype"] not in DTYPES:
             raise PairError(f"pair.dtype: must be one of {', '.join(DTYPES)}; got {spec['dtype']!r}")
