@@ -18,7 +18,10 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 
 
 def user_errors(fn: F) -> F:
-    """Turn the data plane's validation errors into `error: <message>` and exit code 2."""
+    """Turn the data plane's validation errors into `error: <message>` and exit code 2, and a
+    serving engine that failed under valid input (EngineFailure) into the same line and exit
+    code 1."""
+    from workloads.serving.config import EngineFailure
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -27,6 +30,9 @@ def user_errors(fn: F) -> F:
         except USER_ERRORS as err:
             print(f"error: {err}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except EngineFailure as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -4,6 +4,13 @@ each category's figures beside its own (`<metric>.<category>`, e.g. mean_accept_
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
+MAX_CATEGORIES = 12  # categories reported apart; past that the least frequent share OTHER
+OTHER = "other"
+NAME_CHARS = 40  # of a category's name in metric names
+
 
 def category_metrics(records: list[dict]) -> dict[str, float]:
     """For each category c of the records that carry one (`category`), over c's prompts:
@@ -37,3 +44,36 @@ def category_metrics(records: list[dict]) -> dict[str, float]:
 def categories(metrics: dict) -> list[str]:
     """The categories a trial's metrics report, in order of first appearance."""
     return list(dict.fromkeys(k.partition(".")[2] for k in metrics if k.startswith("latency_s.")))
+
+
+def category_names(labels: list[str]) -> dict[str, str]:
+    """The name each category label of a task's examples (`labels`, one per example) takes in
+    metric names, which MLflow accepts whatever the data said: every character but letters,
+    digits, '_' and '-' becomes '_', runs of '_' and leading '_' or '-' are dropped, at most
+    NAME_CHARS characters, `category` where nothing is left, and `-2`, `-3`, ... after a name
+    another label took first. Past MAX_CATEGORIES distinct labels, the MAX_CATEGORIES − 1 most
+    frequent (ties: first seen) keep theirs and the rest share OTHER. A label that is a name
+    already keeps it."""
+    counts = Counter(labels)
+    kept = sorted(counts, key=lambda label: -counts[label])  # stable: ties stay in order of first sight
+    if len(kept) > MAX_CATEGORIES:
+        kept = kept[:MAX_CATEGORIES - 1]
+    names: dict[str, str] = {}
+    taken = {OTHER} if len(counts) > MAX_CATEGORIES else set()
+    def clean(label: str) -> str:
+        name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_-]", "_", label)).lstrip("_-")
+        return name[:NAME_CHARS] or "category"
+
+    # labels that are names already keep them; the others follow, in order of first sight
+    for label in sorted(dict.fromkeys(labels), key=lambda label: clean(label) != label):
+        if label not in kept:
+            names[label] = OTHER
+            continue
+        base = clean(label)
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}"
+        taken.add(name)
+        names[label] = name
+    return names

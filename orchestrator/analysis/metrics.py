@@ -75,6 +75,16 @@ def percentile(values: list[float], q: float) -> float:
 # per-request measurement of each SLO family: a limit on `ttft_p99_s` bounds every request's ttft_s
 SLO_FAMILIES = {"ttft": "ttft_s", "tpot": "tpot_s", "latency": "wall_s"}
 PERCENTILES = (50, 90, 99)
+# metrics that are fractions, in [0, 1]; every metric is >= 0
+FRACTIONS = ("accuracy", "acceptance_rate", "overhead_frac", "slo_attainment", "slo_met")
+
+
+def unmeetable(metric: str, op: str, bound: float) -> bool:
+    """Whether no value of `metric` can meet `metric op bound`: a fraction (FRACTIONS) >= a
+    bound above 1, or any metric (all >= 0) <= a bound below 0."""
+    return (op == ">=" and bound > 1 and metric in FRACTIONS) or (op == "<=" and bound < 0)
+
+
 SERVING_METRICS = ("ttft_s", "tpot_s", "request_tps", "request_throughput", "request_goodput",
                    "slo_attainment", "slo_met",
                    *(f"{f}_p{q}_s" for f in ("ttft", "tpot", "itl", "latency") for q in PERCENTILES))

@@ -22,12 +22,13 @@ from pathlib import Path
 from orchestrator.analysis.schedule import always_slower, moved, refusal_error, switches
 from orchestrator.engines import VLLM
 from workloads.serving.config import ServingConfig
-from workloads.serving.load import serve, switch, warm
-from workloads.serving.vllm import EngineSettings, VllmServer
+from workloads.serving.load import measured, switch, warm
+from workloads.serving.vllm import EngineSettings, VllmServer, supervised
 
 
-def _server(verifier: str, speculative: dict | None) -> VllmServer:
-    server = VllmServer(EngineSettings(verifier, None if speculative is None else json.dumps(speculative)))
+def _server(verifier: str, speculative: dict | None, logs: Path | None) -> VllmServer:
+    server = VllmServer(EngineSettings(verifier, None if speculative is None else json.dumps(speculative)),
+                        logs)
     server.start()
     return server
 
@@ -40,19 +41,20 @@ def interleaved(ours: VllmServer, theirs: VllmServer, prompts: list[list[int]], 
     last = None
     for server in (ours, theirs):
         switch(last, server)
-        warm(server, prompts, config)
+        supervised(server, lambda s=server: warm(s, prompts, config))
         last = server
     for turn in range(2 * repeats):
         side = ("ours", "theirs")[(turn + turn // 2) % 2]  # A B B A A B ...
         server = ours if side == "ours" else theirs
         switch(last, server)
         last = server
-        walls[side].append(serve(server, prompts, config)[1])
+        walls[side].append(measured(server, prompts, config)[1])
     return walls["ours"], walls["theirs"]
 
 
 def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], max_new_tokens: int,
-                   repeats: int, say: Callable[[str], None]) -> tuple[dict | None, dict]:
+                   repeats: int, say: Callable[[str], None], logs: Path | None = None
+                   ) -> tuple[dict | None, dict]:
     """(the schedule with its refused switches moved, None where it no longer speculates;
     what was measured). A side above the number of prompts is skipped: its loads could not
     hold that many requests in flight."""
@@ -62,8 +64,8 @@ def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], m
                          num_speculative_tokens=speculative["num_speculative_tokens"])
     found: dict = {"repeats": repeats, "refusal_error": refusal_error(repeats), "switches": []}
     kept = [list(r) for r in ranges]
-    servers = Singles(verifier, base)
-    schedule = _server(verifier, speculative)
+    servers = Singles(verifier, base, logs)
+    schedule = _server(verifier, speculative, logs)
     try:
         for point in switches(ranges):
             entry = {"below": point.below, "above": point.above, "n_below": point.n_below,
@@ -101,13 +103,13 @@ class Singles:
     """Servers of one n each (0: no speculation) over the schedule's verifier and drafter,
     started the first time they are asked for, so each starts once."""
 
-    def __init__(self, verifier: str, base: dict):
-        self.verifier, self.base, self.servers = verifier, base, {}
+    def __init__(self, verifier: str, base: dict, logs: Path | None):
+        self.verifier, self.base, self.logs, self.servers = verifier, base, logs, {}
 
     def of(self, n: int) -> VllmServer:
         if n not in self.servers:
             drafting = {**self.base, "num_speculative_tokens": n} if n else None
-            self.servers[n] = _server(self.verifier, drafting)
+            self.servers[n] = _server(self.verifier, drafting, self.logs)
         return self.servers[n]
 
     def stop(self) -> None:
@@ -129,7 +131,8 @@ def _smallest(schedule: VllmServer, plain: VllmServer, ranges: list[list[int]], 
             "throughput_ratio": ratio}
 
 
-def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[str], None]) -> None:
+def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[str], None],
+                            logs: Path | None = None) -> None:
     """Check by_batch_size.yaml's schedule in `out` (where it has one) on its first trial's
     prompts; write the merged schedule and the measurements back into the file."""
     from mlflow.tracking import MlflowClient
@@ -152,7 +155,7 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
         f"(a switch as fast as the other n is refused with chance <= {refusal_error(repeats):.3g})")
     speculative = table[VLLM.section]["speculative_config"]
     written, found = check_schedule(refs(first["pair"])["verifier"], speculative, prompts,
-                                    first["config"]["max_new_tokens"], repeats, say)
+                                    first["config"]["max_new_tokens"], repeats, say, logs)
     refused = [f"{s['n_below']}->{s['n_above']} at {s['below']}|{s['above']}" for s in found["switches"]
                if s["refused"]]
     table[VLLM.section] = {"speculative_config": written, "schedule_check": found}

@@ -21,11 +21,11 @@ from orchestrator.analysis.serving import SGLANG
 from orchestrator.engines import VLLM, engine_of
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import pair_kind, refs
-from workloads.serving.config import ServingConfig, ServingError
+from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
 from workloads.serving.load import serve
 from workloads.serving.sglang_flags import check, settings
-from workloads.serving.vllm import EngineSettings, VllmServer
+from workloads.serving.vllm import EngineSettings, VllmServer, supervised
 
 
 class ExportError(ValueError):
@@ -94,9 +94,10 @@ def first_records(records: list[dict], n: int, whole_loads: bool = False) -> lis
 
 
 @contextlib.contextmanager
-def _serving(pair: str | dict, speculative: dict) -> Iterator[VllmServer]:
-    """A vLLM server over `pair`'s verifier with an export's `speculative_config`, as written."""
-    server = VllmServer(EngineSettings(refs(pair)["verifier"], json.dumps(speculative)))
+def _serving(pair: str | dict, speculative: dict, logs: Path | None) -> Iterator[VllmServer]:
+    """A vLLM server over `pair`'s verifier with an export's `speculative_config`, as written,
+    logging under `logs`."""
+    server = VllmServer(EngineSettings(refs(pair)["verifier"], json.dumps(speculative)), logs)
     try:
         server.start()
         yield server
@@ -109,12 +110,13 @@ def prompt_ids(pair: str | dict, prompts: list[str]) -> list[list[int]]:
     return [tokenizer(p, verbose=False).input_ids for p in prompts]
 
 
-def verify(document: dict, records: list[dict]) -> Conformance:
+def verify(document: dict, records: list[dict], logs: Path | None = None) -> Conformance:
     """Serve `records`' prompts (the trial's logged records, in index order) one at a time on a
-    vLLM server started with the export's setting; compare each with its record."""
+    vLLM server started with the export's setting (supervised); compare each with its record."""
     config = serving_config(document)
-    with _serving(document["pair"], document["serving"][VLLM.section]["speculative_config"]) as server:
-        theirs = served(server, prompt_ids(document["pair"], [r["prompt"] for r in records]), config)
+    ids = prompt_ids(document["pair"], [r["prompt"] for r in records])
+    with _serving(document["pair"], document["serving"][VLLM.section]["speculative_config"], logs) as server:
+        theirs = supervised(server, lambda: served(server, ids, config))
         kernel_check = server.kernel_check()
     ours = [Decoded.of(r) for r in records]
     if per_load(document["config"]):
@@ -124,15 +126,16 @@ def verify(document: dict, records: list[dict]) -> Conformance:
     return compare(ours, theirs, config, kernel_check, reference="measured", labels=labels)
 
 
-def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> str:
+def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str], logs: Path | None = None) -> str:
     """Load an n-by-batch-size `speculative_config` in vLLM and serve `prompts` one at a time
     (batch size 1): each verification must draft the n (num_speculative_tokens) of the range
     holding 1. One line."""
     ranges = speculative["num_speculative_tokens_per_batch_size"]
-    with _serving(pair, speculative) as server:
-        alone, _ = serve(server, prompt_ids(pair, prompts),
-                         ServingConfig(method=speculative["method"], max_new_tokens=16,
-                                       num_speculative_tokens=speculative["num_speculative_tokens"]))
+    ids = prompt_ids(pair, prompts)
+    config = ServingConfig(method=speculative["method"], max_new_tokens=16,
+                           num_speculative_tokens=speculative["num_speculative_tokens"])
+    with _serving(pair, speculative, logs) as server:
+        alone, _ = supervised(server, lambda: serve(server, ids, config))
     want = ranges[0][2]
     drafted = [s.counters.drafted / max(s.counters.iterations, 1) for s in alone]
     if any(d != want for d in drafted):
@@ -143,10 +146,12 @@ def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str]) -> 
             f"as the first range says, on {len(alone)} prompts")
 
 
-def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callable[[str], None]) -> bool:
+def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callable[[str], None],
+                   logs: Path | None = None) -> bool:
     """Verify each written config in vLLM on its trial's first `n` prompts and write what it
-    found into the file (`serving.vllm.verified`); load by_batch_size.yaml's drafts schedule
-    where it has one. One line each; whether every check passed."""
+    found into the file (`serving.vllm.verified`; where vLLM failed under the check twice, why
+    it is not verified); load by_batch_size.yaml's drafts schedule where it has one. Servers
+    log under `logs`. One line each; whether every check passed."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.files import write_yaml
@@ -163,7 +168,14 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
         except ExportError as err:
             raise ExportError(f"export: {path}: {str(err).removeprefix('export: ')}") from None
         records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
-        result = verify(document, first_records(records, n, per_load(document["config"])))
+        try:
+            result = verify(document, first_records(records, n, per_load(document["config"])), logs)
+        except EngineFailure as err:
+            document["serving"][VLLM.section]["verified"] = f"not verified: {err}"
+            write_yaml(path, document)
+            say(f"{path.name}: not verified: {err}")
+            passed = False
+            continue
         document["serving"][VLLM.section]["verified"] = result.summary()
         write_yaml(path, document)
         say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])
@@ -174,7 +186,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
         first = next(iter(table["by_batch_size"].values()))
         records = logged_records(client, first["provenance"]["mlflow_run_id"]) or []
         say("by_batch_size.yaml: " + verify_schedule(first["pair"], table[VLLM.section]["speculative_config"],
-                                                     [r["prompt"] for r in records[:n]]))
+                                                     [r["prompt"] for r in records[:n]], logs))
     return passed
 
 

@@ -49,7 +49,7 @@ def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, Ser
                 progress: Callable[[str], None] | None = None) -> list[dict]:
     """One row per (concurrency, sweep): its pick, median tokens/s over `repeats` loads
     interleaved with the other sweeps' picks there, and its gap to the fastest pick."""
-    from workloads.serving.load import serve, switch, warm
+    from workloads.serving.load import measured, switch
     from workloads.serving.vllm import EngineSettings, VllmServer
 
     servers: dict[Setting, VllmServer] = {}
@@ -70,10 +70,9 @@ def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, Ser
                 for s in order:
                     config = dataclasses.replace(next(x for x in here.values() if x.setting == s),
                                                  concurrency=c)
-                    warm(servers[s], ids, config)
                     switch(last, servers[s])
                     last = servers[s]
-                    served, wall = serve(servers[s], ids, config)
+                    served, wall = measured(servers[s], ids, config)
                     walls[s].append(wall)
                     tokens[s] = sum(len(x.token_ids) for x in served)
             tps = {s: tokens[s] / statistics.median(walls[s]) for s in settings}

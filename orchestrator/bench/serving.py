@@ -18,7 +18,7 @@ from orchestrator.engines import ENGINES, SPECSWEEP, VLLM
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models.pair import Pair
 from workloads.serving.config import ServingConfig
-from workloads.serving.load import Served, serve, switch, warm
+from workloads.serving.load import Served, measured, switch
 from workloads.serving.load import records as load_records
 from workloads.serving.vllm import EngineSettings, VllmServer
 
@@ -54,12 +54,10 @@ def vllm_rows(refs: dict, ids: list[list[int]], settings: list[tuple[str, int]],
                 for c in concurrencies:
                     load, control = (dataclasses.replace(config, concurrency=c),
                                      ServingConfig(max_new_tokens=max_new_tokens, concurrency=c))
-                    warm(server, ids, load)
                     switch(base, server)
-                    served, wall = serve(server, ids, load)
-                    warm(base, ids, control)
+                    served, wall = measured(server, ids, load)
                     switch(server, base)
-                    plain, plain_wall = serve(base, ids, control)
+                    plain, plain_wall = measured(base, ids, control)
                     metrics = load_metrics(served, wall)
                     control_tps = load_metrics(plain, plain_wall)["throughput_tps"]
                     rows.append({"engine": VLLM.name, "method": method, "num_speculative_tokens": drafts,
@@ -117,9 +115,9 @@ def table(rows: list[dict]) -> list[str]:
     by_engine: dict[str, list[dict]] = {}
     for r in rows:
         by_engine.setdefault(r["engine"], []).append(r)
-    for engine, measured in by_engine.items():
-        for c in sorted({r["concurrency"] for r in measured}):
-            best = max((r for r in measured if r["concurrency"] == c), key=lambda r: r["throughput_tps"])
+    for engine, rows_of in by_engine.items():
+        for c in sorted({r["concurrency"] for r in rows_of}):
+            best = max((r for r in rows_of if r["concurrency"] == c), key=lambda r: r["throughput_tps"])
             ttft, tpot, p50, p99 = (_ms(best.get(key)) for key in ("ttft_s", "tpot_s", "latency_p50_s",
                                                                    "latency_p99_s"))
             setting = f"{best['method']} n={best['num_speculative_tokens']}"

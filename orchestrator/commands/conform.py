@@ -11,6 +11,7 @@ import typer
 from orchestrator.errors import user_errors
 
 OPT = dict(show_default=False)
+LOGS = Path(".specsweep") / "logs"  # a server's log folder, kept where it failed
 
 
 @user_errors
@@ -66,7 +67,7 @@ def conform(
         source = get_task(task, data)
         texts = [format_prompt(source, e) for e in source.examples("test", n=limit)]
     settings = dataclasses.replace(EngineSettings.of(refs(pair), config), workaround=workaround)
-    server = VllmServer(settings)
+    server = VllmServer(settings, log_dir=LOGS)
     typer.echo(f"starting vLLM: {settings.model} with {settings.speculative}", err=True)
     loaded = load_pair(pair)
     try:

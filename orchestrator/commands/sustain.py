@@ -47,7 +47,7 @@ def sustain(
     found = settings(spec)
     if not found:
         raise ValueError(f"sweep {name}: no vLLM setting in its space (space.engine: [vllm])")
-    VLLM.prepare()
+    VLLM.prepare(spec.dimension_values())
     rates = Range(low, high, steps, repeats)
     _, examples, prompts = spec_prompts(spec)
     directory = state_dir(root, name)
@@ -57,7 +57,7 @@ def sustain(
                f"{repeats} loads a rate; SLO {spec.serving.slo}; the reported rate exceeds the rate whose "
                f"loads meet it half the time with chance <= {overshoot_bound(steps, repeats):.3g}, a "
                f"quarter of the time <= {overshoot_bound(steps, repeats, 0.25):.3g}")
-    engines = Engines({p.name: p.load_spec() for p in spec.pairs})
+    engines = Engines({p.name: p.load_spec() for p in spec.pairs}, directory / "logs")
     results = []
     try:
         for pair, config in found:

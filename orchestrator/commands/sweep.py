@@ -100,7 +100,7 @@ def run(
     from rich.console import Console
 
     from orchestrator.analysis.summary import all_failed
-    from orchestrator.sweep.driver import Driver
+    from orchestrator.sweep.driver import Driver, categories_note
     from orchestrator.sweep.specfile import load_spec
 
     if resume and fresh:
@@ -112,6 +112,8 @@ def run(
     driver = Driver(spec, spec_path.read_text(), root, ray_address, tracking_uri, trials, show)
     start = time.time()
     driver.prepare(resume=resume, fresh=fresh)
+    if driver.categories:
+        console.print(categories_note(driver.categories))
     try:
         with bar:
             study = driver.run()
@@ -310,7 +312,7 @@ def export(
         recommendation,
     )
     from orchestrator.analysis.summary import all_failed, frontier_rows
-    from orchestrator.sweep.study import SweepError, load_sweep
+    from orchestrator.sweep.study import SweepError, load_sweep, state_dir
     from orchestrator.sweep.tracking import trial_run_ids
 
     levels = parse_floors(floors)
@@ -358,10 +360,12 @@ def export(
     if check_schedule:
         from orchestrator.analysis.schedulecheck import check_exported_schedule
 
-        check_exported_schedule(out, study.user_attrs["tracking_uri"], check_schedule, typer.echo)
+        check_exported_schedule(out, study.user_attrs["tracking_uri"], check_schedule, typer.echo,
+                                state_dir(root, name) / "logs")
     if verify_vllm:
         from orchestrator.analysis.verify import verify_exports
 
-        passed &= verify_exports(out, paths, study.user_attrs["tracking_uri"], verify_vllm, typer.echo)
+        passed &= verify_exports(out, paths, study.user_attrs["tracking_uri"], verify_vllm, typer.echo,
+                                 state_dir(root, name) / "logs")
     if not passed:
         raise typer.Exit(1)

@@ -33,8 +33,9 @@ class Engine:
     section: str | None = None  # the key of its setting under an export's `serving`
     baseline: str | None = None  # the sweep baseline its controls repeat (its speed scales the drift)
 
-    def prepare(self) -> None:
-        """Fail here, before any trial, when the engine is not set up."""
+    def prepare(self, dims: dict[str, list]) -> None:
+        """Fail here, before any state or trial, when the engine is not set up or cannot run
+        the space's values (`dims`) on this machine."""
 
     def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
         """Why this engine cannot run the space's values (`alone`: the only engine listed), in

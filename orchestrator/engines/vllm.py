@@ -11,12 +11,16 @@ from orchestrator.engines.engine import Choose, Config, Engine, Pick
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.serving.config import METHODS, ServingConfig, ServingError
-from workloads.serving.vllm import vllm_python
+from workloads.serving.vllm import cpu_build, vllm_python
 
 # what specsweep's engine runs that vLLM has no setting for: dimension -> refused when
 SPECSWEEP_ONLY = {"schedule": lambda v: v != "linear", "steps": lambda v: v != 1, "threshold": lambda v: True,
                   "rule": lambda v: v != "lossless", "leniency": lambda v: v != 0, "delta": lambda v: v != 0,
                   "unmask": lambda v: v != "ltr", "verify_order": lambda v: v != "ltr"}
+
+
+DSPARK_SETTINGS = ("dspark_draft_topk", "enable_adaptive_verification")
+DSPARK = {"method": "dspark", "num_speculative_tokens": 1}  # the smallest DSpark config
 
 
 class VllmEngine(Engine):
@@ -28,8 +32,15 @@ class VllmEngine(Engine):
     controls = "vLLM without speculation"
     section = "vllm"
 
-    def prepare(self) -> None:
+    def prepare(self, dims: dict[str, list]) -> None:
+        """vLLM set up (`make vllm`), and able to serve what the space lists: the CPU build
+        refuses DSpark's adaptive verification at start, so it is refused here, before a start."""
         vllm_python()
+        if True in dims.get("enable_adaptive_verification", []) and cpu_build():
+            raise ServingError("spec: space.enable_adaptive_verification: true is refused by vLLM's CPU "
+                               "build "
+                               "(its V1 model runner has no adaptive verification); list false, or run "
+                               "on a GPU machine")
 
     def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
         """Known methods, whole numbers, rates and burstiness > 0, num_speculative_tokens listed
@@ -41,12 +52,16 @@ class VllmEngine(Engine):
             for value in dims.get(key, []):
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                     return f"spec: space.{key}: {value!r} is not a whole number >= 1"
-        for key in ("request_rate", "burstiness"):
+        for key in ("request_rate", "burstiness", *DSPARK_SETTINGS):
             for value in dims.get(key, []):
-                try:
-                    ServingConfig(**{key: value})
+                try:  # DSpark's settings are checked on a DSpark config: they belong to no other
+                    ServingConfig(**{key: value, **(DSPARK if key in DSPARK_SETTINGS else {})})
                 except ServingError as err:
                     return f"spec: space.{err}"
+        listed = [key for key in DSPARK_SETTINGS if key in dims]
+        if listed and "dspark" not in dims.get("method", []):
+            return (f"spec: space.{listed[0]}: a setting of method dspark, which space.method does not list "
+                    "(it would be dropped from every trial)")
         if "burstiness" in dims and "request_rate" not in dims:
             return "spec: space.burstiness: shapes the arrivals of space.request_rate; list a rate too"
         speculative = set(dims.get("method", ["none"])) - {"none"}
@@ -84,7 +99,7 @@ class VllmEngine(Engine):
         for key in ("request_rate", "burstiness", "temperature", "max_new_tokens"):
             if key in dims:
                 settings[key] = pick(key)
-        for key in ("dspark_draft_topk", "enable_adaptive_verification"):  # DSpark's own
+        for key in DSPARK_SETTINGS:  # DSpark's own
             if key in dims and settings["method"] == "dspark":
                 settings[key] = pick(key)
         return ServingConfig(**settings), settings["concurrency"]

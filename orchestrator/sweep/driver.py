@@ -20,6 +20,7 @@ its trials: its parent run, study and state directory go, and the error is one l
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import signal
 import time
@@ -30,6 +31,7 @@ import optuna
 import ray
 from optuna.trial import TrialState
 
+from orchestrator.analysis.categories import MAX_CATEGORIES, OTHER, category_names
 from orchestrator.engines import listed
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
@@ -41,7 +43,7 @@ from orchestrator.sweep.race import in_order
 from orchestrator.sweep.record import BaselineFailed, Progress, Recorder
 from orchestrator.sweep.search import tried_keys
 from orchestrator.sweep.shards import Job
-from orchestrator.sweep.spec import SweepSpec, check_runnable
+from orchestrator.sweep.spec import SpecError, SweepSpec, check_runnable
 from orchestrator.sweep.study import (
     StateLock,
     SweepError,
@@ -83,6 +85,7 @@ class Driver:
         self.new = False  # this session made the sweep state, so a failed start may undo it
         self.examples: list[Example] = []  # the task's prompts, in decoding order
         self.prompts: dict[str, dict[int, str]] = {}  # pair -> prompt index -> the prompt it decodes
+        self.categories: dict[str, str] = {}  # category labels of the data renamed in metric names
         # set by `run`, in this order: the executor only once Ray is up
         self.study: optuna.Study | None = None
         self.recorder: Recorder | None = None
@@ -101,10 +104,16 @@ class Driver:
         check_runnable(self.spec, local=not self.ray_address)
         t = self.spec.task
         task = get_task(t.name, t.data)
-        self.examples = decoding_order(self.spec, task.examples(n=t.limit, seed=t.seed))
+        try:
+            examples = task.examples(n=t.limit, seed=t.seed)
+        except ValueError as err:  # the task names its argument n; the spec's key is task.limit
+            raise SpecError(f"spec: task.limit: {str(err).removeprefix('n: ')}") from None
+        examples, self.categories = _named_categories(examples)
+        self.examples = decoding_order(self.spec, examples)
         self.prompts = pair_prompts(self.spec, task, self.examples)
-        for engine in listed(self.spec.dimension_values()):
-            engine.prepare()  # an engine that is not set up fails here, not in every trial
+        dims = self.spec.dimension_values()
+        for engine in listed(dims):
+            engine.prepare(dims)  # an engine that is not set up fails here, not in every trial
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
             check_reachable(self.tracking_uri)
         if self.ray_address:
@@ -175,6 +184,8 @@ class Driver:
                          self.spec.cluster.placement)
         self.executor = Executor(self.spec, serves, self.examples, self.prompts, self.dir / "shards")
         self.recorder.open(self.tracking_uri, self.root / ".specsweep" / "artifacts", self.spec_yaml)
+        if self.categories:
+            self.recorder.tracker.describe_categories(self.recorder.parent_run, self.categories)
         self.recorder.hardware(self.executor.ready())
         self.planner = Planner(self.spec, self.study, [e.index for e in self.examples], serves, self.progress)
 
@@ -287,6 +298,26 @@ class Driver:
             self.executor.drop()
         self.recorder.discard()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _named_categories(examples: list[Example]) -> tuple[list[Example], dict[str, str]]:
+    """The examples with each category label as its metrics name it (categories.category_names),
+    and the labels that were renamed (label -> name)."""
+    names = category_names([e.meta["category"] for e in examples if "category" in e.meta])
+    renamed = {label: name for label, name in names.items() if label != name}
+    if not renamed:
+        return examples, {}
+    return [dataclasses.replace(e, meta={**e.meta, "category": names[e.meta["category"]]})
+            if "category" in e.meta else e for e in examples], renamed
+
+
+def categories_note(renamed: dict[str, str]) -> str:
+    """One line on the categories renamed for MLflow (the mapping is on the parent run)."""
+    grouped = sum(name == OTHER for name in renamed.values())
+    return (f"note: {len(renamed)} category labels renamed for metric names"
+            + (f" ({grouped} beyond the {MAX_CATEGORIES} reported apart grouped as {OTHER!r})"
+               if grouped else "")
+            + "; the mapping is categories.json on the sweep's MLflow run")
 
 
 def _raise_interrupt(signum, frame):

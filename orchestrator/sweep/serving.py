@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from pathlib import Path
 
 from workloads.models.pairspec import refs
-from workloads.serving.config import ServingConfig, ServingError
+from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.load import serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
@@ -37,11 +38,12 @@ class Engines:
     last reason is raised at once (a second try lets a start cut short by a fault, an engine
     core killed while it loaded, pass on the shard's retry)."""
 
-    def __init__(self, pair_specs: dict[str, str | dict]):
+    def __init__(self, pair_specs: dict[str, str | dict], logs: Path | None = None):
         self.pair_specs = pair_specs
+        self.logs = logs  # the servers' log folders (the system's temporary directory without)
         self.servers: dict[tuple[str, bool], VllmServer] = {}
         # settings -> why they last failed to start, and how many starts in a row failed
-        self.failed: dict[EngineSettings, tuple[ServingError, int]] = {}
+        self.failed: dict[EngineSettings, tuple[ServingError | EngineFailure, int]] = {}
         self.restarts = 0  # servers found dead and started again
         self.last: VllmServer | None = None  # the server that served last
 
@@ -58,10 +60,10 @@ class Engines:
         err, tries = self.failed.get(settings, (None, 0))
         if err is not None and tries >= START_TRIES:
             raise err
-        server = VllmServer(settings)
+        server = VllmServer(settings, self.logs)
         try:
             server.start()
-        except ServingError as failed:
+        except (ServingError, EngineFailure) as failed:
             server.stop()
             self.failed[settings] = (failed, tries + 1)
             raise

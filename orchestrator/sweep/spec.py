@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.analysis.metrics import NUMBER, SERVING_METRICS, TRIAL_METRICS
+from orchestrator.analysis.metrics import FRACTIONS, NUMBER, SERVING_METRICS, TRIAL_METRICS, unmeetable
 from orchestrator.analysis.racing import unsummed
 from orchestrator.engines import DIMENSIONS as ENGINE_DIMENSIONS
 from orchestrator.engines import listed, space_error
@@ -219,6 +219,9 @@ class SweepSpec(_Strict):
                 )
             if not math.isfinite(float(m.group(3))):
                 raise ValueError(f"{c!r}: {m.group(3)} is not a finite number")
+            if unmeetable(m.group(1), m.group(2), float(m.group(3))):
+                within = "[0, 1]" if m.group(1) in FRACTIONS else ">= 0"
+                raise ValueError(f"{c!r}: no trial can meet it ({m.group(1)} is {within})")
         return v
 
     @model_validator(mode="after")

@@ -53,16 +53,22 @@ def settings(spec) -> list[tuple[str, ServingConfig]]:
 def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[list[int]], slo: dict,
                     rates: Range, shown: Callable[[str], None]) -> tuple[Bracket, float]:
     """The search's bracket for one setting, and the seconds it took (its server's start,
-    warm-up and every load)."""
+    warm-up and every load). Each probe's loads are supervised: a server lost under one is
+    started again and the load served once more (vllm.supervised)."""
     from workloads.serving.load import records, warm
+    from workloads.serving.vllm import supervised
 
     began = time.perf_counter()
     server, _ = engines.server(pair, config, prompts)
 
     def meets(rate: float, repeat: int) -> bool:
         load = dataclasses.replace(config, request_rate=rate, seed=config.seed + repeat)
-        warm(server, prompts, load)  # once a rate, untimed
-        served, wall = engines.serve(server, prompts, load)
+
+        def timed():
+            warm(server, prompts, load)  # once a rate, untimed (and again on a restarted server)
+            return engines.serve(server, prompts, load)
+
+        served, wall = supervised(server, timed, shown)
         metrics = serving_metrics(records(served, wall), slo)
         met = metrics["slo_met"] == 1.0
         shown(f"  {rate:.3g} requests/s, load {repeat + 1}: " + ", ".join(

@@ -10,6 +10,7 @@ sends the queue, so logging never holds up handing shards to workers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -25,10 +26,13 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from orchestrator.files import write_atomic  # noqa: E402
 from orchestrator.stored import RECORDS  # noqa: E402
+
+REFUSALS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_ALREADY_EXISTS")  # MLflow error codes
 
 
 def default_uri(state_root: Path) -> str:
@@ -119,6 +123,12 @@ class TrialLog:
     documents: dict[str, dict] = field(default_factory=dict)  # artifact file name -> its JSON
 
 
+def refused(err: Exception) -> bool:
+    """Whether MLflow refused a call on its content (a metric or param name or value it does
+    not accept), which sending again cannot mend, rather than failed to answer."""
+    return isinstance(err, MlflowException) and err.error_code in REFUSALS
+
+
 class Tracker:
     def __init__(self, uri: str, experiment: str, artifact_root: Path, pending_file: Path):
         self.uri = uri
@@ -129,6 +139,7 @@ class Tracker:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.failing = False  # the last send of the trial queue failed
+        self.refused: TrackingError | None = None  # a run MLflow refused (not an outage): raised
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
             self.experiment_id = found.experiment_id
@@ -213,6 +224,8 @@ class Tracker:
                         metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
 
     def log_trial(self, log: TrialLog) -> None:
+        if self.refused is not None:
+            raise self.refused
         self.queue.append(log)
         if self._thread is not None:
             self._wake.set()
@@ -242,9 +255,18 @@ class Tracker:
             while self.queue:
                 try:
                     self._send(self.queue[0])
-                except Exception:  # server down, timeouts: keep it queued, try again later
-                    self.failing = True
-                    return False
+                except Exception as err:
+                    if not refused(err):  # server down, timeouts: keep it queued, try again later
+                        self.failing = True
+                        return False
+                    log = self.queue.pop(0)  # it would block every run queued after it
+                    reason = str(err).splitlines()[0][:200]
+                    if log.run_id is not None:  # created before MLflow refused what it logged
+                        with contextlib.suppress(Exception):
+                            self.client.set_terminated(log.run_id, status="FAILED", end_time=log.end_ms)
+                    self.refused = TrackingError(f"tracking: MLflow refused run {log.name!r} ({reason}); "
+                                                 "it is not logged, and the sweep's state is kept")
+                    continue
                 self.queue.pop(0)
             self.failing = False
             return True
@@ -294,6 +316,12 @@ class Tracker:
             self._on_parent("tag the trial runs", self.client.log_batch, run_id,
                             tags=[RunTag(k, v) for k, v in values.items()])
 
+    def describe_categories(self, run_id: str, renamed: dict[str, str]) -> None:
+        """The category labels of the data renamed in metric names, on the sweep's run
+        (categories.json: label -> name)."""
+        self._on_parent("log the category names", self.client.log_text, run_id,
+                        json.dumps(renamed, indent=1, ensure_ascii=False), "categories.json")
+
     def describe(self, run_id: str, text: str) -> None:
         """The description the MLflow UI shows on the experiment's page and the sweep's run."""
         self._on_parent("describe the sweep", self.client.set_experiment_tag, self.experiment_id,
@@ -304,7 +332,10 @@ class Tracker:
         """Send what is queued, trying `retries` times with growing pauses; True when the
         queue is empty."""
         for attempt in range(retries):
-            if self._send_queue():
+            sent = self._send_queue()
+            if self.refused is not None:
+                raise self.refused
+            if sent:
                 return True
             if attempt + 1 < retries:
                 time.sleep(wait_s * (attempt + 1))

@@ -29,6 +29,11 @@ class ServingError(ValueError):
     """An invalid serving configuration, or an engine that cannot serve it; names the field."""
 
 
+class EngineFailure(RuntimeError):
+    """A serving engine that failed while serving valid input (it died, froze, or was not the
+    server started): one line naming its log, exit code 1, not bad input."""
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     method: str = "none"

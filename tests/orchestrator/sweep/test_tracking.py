@@ -207,3 +207,19 @@ def test_a_server_that_stops_answering_costs_seconds_and_loses_nothing(server, t
         assert [r.info.run_name for r in trial_runs(again)] == ["t0"]
     finally:
         os.killpg(server.pid, signal.SIGCONT)
+
+
+def test_a_run_mlflow_refuses_is_one_error_not_an_outage_blocking_the_queue(tmp_path):
+    """A metric name MLflow does not accept (a path out of the store) is raised at once as one
+    line, and the runs queued behind it are still sent."""
+    t = tracker(tmp_path)
+    bad = log("t1")
+    bad.metrics = {"accuracy.../../escape": 1.0}
+    t.queue.append(bad)
+    with pytest.raises(TrackingError) as refused:
+        t.log_trial(log("t2"))
+        t.flush(retries=1)
+    assert str(refused.value).startswith("tracking: MLflow refused run 't1' (")
+    assert "\n" not in str(refused.value) and not t.failing
+    assert sorted((r.info.run_name, r.info.status) for r in trial_runs(t)) == [("t1", "FAILED"),
+                                                                              ("t2", "FINISHED")]

@@ -1,0 +1,116 @@
+"""Every load outside a sweep is supervised (vllm.supervised), on real processes (`make vllm`):
+an engine core killed or frozen with requests in flight costs one restart and the load is
+served again; lost twice, one line naming the log; a port taken before vLLM binds it is tried
+again on another, and a server is identified before it is trusted."""
+
+import http.server
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.needs_vllm import needs_vllm
+from tests.workloads.serving.engines import DFLASH
+from workloads.models.pairspec import BUNDLED
+from workloads.serving import load
+from workloads.serving.config import EngineFailure
+from workloads.serving.load import serve
+from workloads.serving.vllm import EngineSettings, VllmServer, supervised
+
+pytestmark = needs_vllm
+
+LONG = DFLASH.__class__(method="dflash", num_speculative_tokens=7, max_new_tokens=160, concurrency=4)
+
+
+def _engine_cores(group: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if os.getpgid(int(pid)) == group]
+
+
+def _fault(server: VllmServer, sig: int, times: int, said: list[str]) -> threading.Thread:
+    """Send `sig` to the engine core of whichever process `server` runs, `times` times, each once
+    requests are in flight on it (a line of `said` per restart marks the next server)."""
+    def run():
+        for time_ in range(times):
+            while len(said) < time_ or server.process is None or not server.alive():
+                time.sleep(0.05)  # not while it starts: a frozen start is another case
+            time.sleep(0.3)  # requests in flight
+            for pid in _engine_cores(server.process.pid):
+                os.kill(pid, sig)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def server(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the engine core in a process of its own
+    server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH), tmp_path / "logs")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_a_killed_engine_core_costs_one_restart_and_the_load_is_served_again(server, arith):
+    _, _, ids = arith
+    reference, _ = serve(server, ids, LONG)
+    said: list[str] = []
+    _fault(server, signal.SIGKILL, 1, said)
+    served, _ = supervised(server, lambda: serve(server, ids * 16, LONG), said.append)  # 128 requests
+    assert server.restarts == 1 and len(said) == 1
+    assert said[0].startswith("engine: vllm server ") and "starting it again" in said[0]
+    assert [s.token_ids for s in served[:len(ids)]] == [s.token_ids for s in reference]
+    lost = said[0].split("(log: ")[1].split(")")[0]
+    assert os.path.isfile(lost)  # the lost server's log is kept, under the folder asked for
+    assert lost.startswith(str(server.dir.parent))
+
+
+def test_a_frozen_engine_is_lost_within_its_deadline_and_twice_is_one_line(server, arith, monkeypatch):
+    """SIGSTOP of the engine core: /health still answers, no token comes; the request's deadline
+    (here 5 s + 0.01 s a token a slot) ends it, the server is stopped and started again; frozen
+    again, an EngineFailure in one line naming the second log."""
+    monkeypatch.setattr(load, "REQUEST_BASE_S", 5.0)
+    monkeypatch.setattr(load, "SECONDS_PER_TOKEN", 0.01)
+    _, _, ids = arith
+    said: list[str] = []
+    _fault(server, signal.SIGSTOP, 2, said)
+    began = time.perf_counter()
+    with pytest.raises(EngineFailure) as lost:
+        supervised(server, lambda: serve(server, ids * 16, LONG), said.append)
+    deadline = load.request_deadline_s(LONG.max_new_tokens, LONG.concurrency)  # 11.4 s
+    assert time.perf_counter() - began < 2 * deadline + 120  # two deadlines and one start, not 600 s
+    assert "answered nothing for 11 s (frozen)" in said[0]
+    message = str(lost.value)
+    assert "\n" not in message and message.endswith("again after one restart; see that log")
+    assert server.restarts == 1 and not server.alive() and str(server.log) in message
+
+
+def test_a_taken_port_is_tried_again_and_what_answers_there_is_not_trusted(tmp_path):
+    """Another process answers /health on the port chosen for the server before vLLM binds it:
+    vLLM cannot bind, and the server starts on a fresh port, identified by its own pid and model."""
+    server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH), tmp_path / "logs")
+    taken = server.port
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    fake = http.server.HTTPServer(("127.0.0.1", taken), Healthy)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    try:
+        server.start()
+        assert server.port != taken
+        assert server.identity["model"] == BUNDLED["toy-dflash"]["verifier"]
+        assert server.identity["pids"] and all(os.getpgid(p) == server.process.pid
+                                               for p in server.identity["pids"])
+    finally:
+        fake.shutdown()
+        server.stop()
+    assert not os.listdir(tmp_path / "logs")  # a server stopped cleanly leaves no log folder
