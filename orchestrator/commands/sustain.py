@@ -3,6 +3,7 @@ within the sweep's SLO, found by bisection along the rate (orchestrator/sweep/su
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -11,14 +12,15 @@ import typer
 from orchestrator.analysis.sustain import MAX_REPEATS, MAX_STEPS
 from orchestrator.commands.sweep import ROOT
 from orchestrator.errors import user_errors
+from workloads.serving.config import MIN_REQUEST_RATE, arrival_error
 
 
 @user_errors
 def sustain(
     name: str = typer.Argument(..., metavar="SWEEP"),
     root: Path = ROOT,
-    low: float = typer.Option(1.0, min=0.001, help="Lowest rate probed (requests/s)."),
-    high: float = typer.Option(64.0, min=0.001, help="Highest rate probed (requests/s)."),
+    low: float = typer.Option(1.0, min=MIN_REQUEST_RATE, help="Lowest rate probed (requests/s)."),
+    high: float = typer.Option(64.0, min=MIN_REQUEST_RATE, help="Highest rate probed (requests/s)."),
     steps: int = typer.Option(4, min=0, max=MAX_STEPS, help="Bisections between the two."),
     repeats: int = typer.Option(3, min=1, max=MAX_REPEATS,
                                 help="Loads a rate must all meet the SLO in to be sustained; a rate "
@@ -38,6 +40,9 @@ def sustain(
     from orchestrator.sweep.tracking import Tracker
     from workloads.models.pair import load_tokenizer
 
+    for flag, rate in (("--low", low), ("--high", high)):
+        if not math.isfinite(rate):
+            raise ValueError(f"{flag}: {rate:g} is not a finite rate (requests/s)")
     if high <= low:
         raise ValueError(f"--high: {high:g} must be above --low ({low:g})")
     spec, study = load_sweep(root, name)
@@ -47,9 +52,12 @@ def sustain(
     found = settings(spec)
     if not found:
         raise ValueError(f"sweep {name}: no vLLM setting in its space (space.engine: [vllm])")
-    VLLM.prepare(spec.dimension_values())
     rates = Range(low, high, steps, repeats)
     _, examples, prompts = spec_prompts(spec)
+    why = arrival_error(len(examples), low, "--low")
+    if why:
+        raise ValueError(why)
+    VLLM.prepare(spec.dimension_values())
     directory = state_dir(root, name)
     tracker = Tracker(study.user_attrs["tracking_uri"], spec.tracking.experiment or spec.name,
                       root / ".specsweep" / "artifacts", directory / "sustain-pending.jsonl")

@@ -57,6 +57,7 @@ from orchestrator.sweep.tracking import check_reachable, default_uri
 from orchestrator.sweep.workers import serving
 from workloads.decoding.config import ConfigError
 from workloads.models.pairspec import PairError
+from workloads.serving.config import arrival_error
 from workloads.tasks import Example, get_task
 
 
@@ -112,6 +113,10 @@ class Driver:
         self.examples = decoding_order(self.spec, examples)
         self.prompts = pair_prompts(self.spec, task, self.examples)
         dims = self.spec.dimension_values()
+        for rate in dims.get("request_rate", []):
+            why = arrival_error(len(self.examples), rate, "spec: space.request_rate")
+            if why:
+                raise SpecError(why)
         for engine in listed(dims):
             engine.prepare(dims)  # an engine that is not set up fails here, not in every trial
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names

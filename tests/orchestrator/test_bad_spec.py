@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import app
+from tests.needs_vllm import on_vllm
 from tests.orchestrator.bad_input import GOOD, one_line_error, run_cli, runner, tree
 
 SERVED = {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [3], "concurrency": [1],
@@ -91,6 +92,35 @@ SPECS = {
         {"search": {**GOOD["search"], "sampler": "multifidelity"},
          "objectives": {"throughput_ratio": "max", "accuracy": "max"}},
         "spec: search.sampler: multifidelity: objective throughput_ratio is not a sum over prompts"),
+    "a DSpark draft top-k of 0": (
+        {"pairs": ["toy-dspark"], "space": {**SERVED, "method": ["dspark"], "dspark_draft_topk": [0]}},
+        "spec: space.dspark_draft_topk: must be an integer >= 1; got 0"),
+    "a DSpark draft top-k in words": (
+        {"pairs": ["toy-dspark"], "space": {**SERVED, "method": ["dspark"], "dspark_draft_topk": ["two"]}},
+        "spec: space.dspark_draft_topk: must be an integer >= 1; got 'two'"),
+    "a DSpark setting with no DSpark method": (
+        {"pairs": ["toy-dflash"], "space": {**SERVED, "dspark_draft_topk": [2]}},
+        "spec: space.dspark_draft_topk: a setting of method dspark, which space.method does not list"),
+    "adaptive verification in words": (
+        {"pairs": ["toy-dspark"], "space": {**SERVED, "method": ["dspark"],
+                                            "enable_adaptive_verification": ["yes"]}},
+        "spec: space.enable_adaptive_verification: true or false; got 'yes'"),
+    "a request rate of 1e-9": (
+        {"pairs": ["toy-dflash"], "space": {**SERVED, "request_rate": [1e-9]}},
+        "spec: space.request_rate: at least 0.01 requests/s (one every 100 s); got 1e-09"),
+    "a request rate that spreads a load over half an hour": (
+        {"pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 100},
+         "space": {**SERVED, "request_rate": [8, 0.05]}},
+        "spec: space.request_rate: 0.05 requests/s spreads a load of 100 requests over 1,980 s; at most "
+        "1,800 s: raise the rate to 0.055 or more"),
+    "a constraint no trial can meet": (
+        {"constraints": ["accuracy >= 1.5"]},
+        "spec: constraints: 'accuracy >= 1.5': no trial can meet it (accuracy is [0, 1])"),
+    "a latency below zero": (
+        {"constraints": ["latency_s <= -1"]},
+        "spec: constraints: 'latency_s <= -1': no trial can meet it (latency_s is >= 0)"),
+    "a task mix past its prompts": (
+        {"task": {"name": "mix", "limit": 1000}}, "spec: task.limit: mix takes 3 to 36 examples"),
     "calibration without a multi-fidelity search": (
         {"search": {**GOOD["search"], "fidelity": {"calibration": 3}}},
         "spec: search.fidelity: applies to sampler multifidelity only"),
@@ -214,3 +244,17 @@ def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_pa
     assert not (root / ".specsweep" / "bad").exists() and not (root / ".specsweep" / "bad.lock").exists()
     client = MlflowClient(f"sqlite:///{root / '.specsweep' / 'mlflow.db'}")
     assert client.search_runs([client.get_experiment_by_name("bad").experiment_id]) == []
+
+
+@on_vllm
+def test_adaptive_verification_on_vllms_cpu_build_is_refused_before_any_state(tmp_path):
+    """vLLM's CPU build refuses DSpark's adaptive verification at start: refused before a
+    baseline, a server start or any state."""
+    spec = {**GOOD, "pairs": ["toy-dspark"],
+            "space": {**SERVED, "method": ["dspark"], "enable_adaptive_verification": [False, True]}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    before = tree(tmp_path)
+    one_line_error(runner.invoke(app, ["run", str(path), "--root", str(tmp_path)]),
+                   "spec: space.enable_adaptive_verification: true is refused by vLLM's CPU build")
+    assert tree(tmp_path) == before

@@ -29,6 +29,20 @@ class ServingError(ValueError):
     """An invalid serving configuration, or an engine that cannot serve it; names the field."""
 
 
+MIN_REQUEST_RATE = 0.01  # requests/s; below it a load measures an idle server
+MAX_ARRIVAL_S = 1800.0  # the expected span of a load's arrivals, (requests − 1) / rate
+
+
+def arrival_error(requests: int, rate: float, field: str) -> str | None:
+    """Why a load of `requests` arriving at `rate` would take too long, naming `field`: its
+    expected arrival span (requests − 1) / rate above MAX_ARRIVAL_S; else None."""
+    span = (requests - 1) / rate
+    if span <= MAX_ARRIVAL_S:
+        return None
+    return (f"{field}: {rate:g} requests/s spreads a load of {requests} requests over {span:,.0f} s; "
+            f"at most {MAX_ARRIVAL_S:,.0f} s: raise the rate to {(requests - 1) / MAX_ARRIVAL_S:.3g} or more")
+
+
 class EngineFailure(RuntimeError):
     """A serving engine that failed while serving valid input (it died, froze, or was not the
     server started): one line naming its log, exit code 1, not bad input."""
@@ -68,6 +82,12 @@ class ServingConfig:
             value = getattr(self, name)
             if (value is not None or name == "burstiness") and not _positive(value):
                 raise ServingError(f"{name}: must be a finite number > 0; got {value!r}")
+        if self.request_rate is not None and self.request_rate < MIN_REQUEST_RATE:
+            raise ServingError(f"request_rate: at least {MIN_REQUEST_RATE:g} requests/s (one every "
+                               f"{1 / MIN_REQUEST_RATE:g} s); got {self.request_rate:g}")
+        if not isinstance(self.enable_adaptive_verification, bool):
+            raise ServingError(f"enable_adaptive_verification: true or false; got "
+                               f"{self.enable_adaptive_verification!r}")
         top_k = self.dspark_draft_topk
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
             raise ServingError(f"dspark_draft_topk: must be an integer >= 1; got {top_k!r}")

@@ -16,6 +16,8 @@ def test_bad_ranges_and_unknown_sweeps_are_refused_in_one_line(tmp_path):
     one_line_error(runner.invoke(app, ["sustain", "nosuch", *root, "--low", "4", "--high", "2"]),
                    "--high: 2 must be above --low (4)")
     one_line_error(runner.invoke(app, ["sustain", "nosuch", *root]), "sweep 'nosuch': no state")
+    one_line_error(runner.invoke(app, ["sustain", "nosuch", *root, "--high", "inf"]),
+                   "--high: inf is not a finite rate (requests/s)")
 
 
 @on_vllm
