@@ -135,11 +135,10 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
                             logs: Path | None = None) -> None:
     """Check by_batch_size.yaml's schedule in `out` (where it has one) on its first trial's
     prompts; write the merged schedule and the measurements back into the file."""
-    from mlflow.tracking import MlflowClient
-
     from orchestrator.analysis.verify import prompt_ids, read_export
     from orchestrator.files import write_yaml
     from orchestrator.stored import logged_records
+    from orchestrator.sweep.tracking import store_client
     from workloads.models.pairspec import refs
 
     path = out / "by_batch_size.yaml"
@@ -149,7 +148,7 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
             "setting)")
         return
     first = next(iter(table["by_batch_size"].values()))
-    records = logged_records(MlflowClient(uri), first["provenance"]["mlflow_run_id"]) or []
+    records = logged_records(store_client(uri), first["provenance"]["mlflow_run_id"]) or []
     prompts = prompt_ids(first["pair"], [r["prompt"] for r in records])
     say(f"by_batch_size.yaml: checking its drafts schedule at each switch, {repeats} loads a side "
         f"(a switch as fast as the other n is refused with chance <= {refusal_error(repeats):.3g})")

@@ -152,12 +152,11 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
     found into the file (`serving.vllm.verified`; where vLLM failed under the check twice, why
     it is not verified); load by_batch_size.yaml's drafts schedule where it has one. Servers
     log under `logs`. One line each; whether every check passed."""
-    from mlflow.tracking import MlflowClient
-
     from orchestrator.files import write_yaml
     from orchestrator.stored import logged_records
+    from orchestrator.sweep.tracking import store_client
 
-    client, passed = MlflowClient(uri), True
+    client, passed = store_client(uri), True
     for path in filter(is_export, written):
         document = read_export(path)
         try:

@@ -198,18 +198,16 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
     """A finished grid sweep's per-prompt records by params key (from its MLflow runs'
     `prompts.jsonl`, in prompt order), and which points are feasible."""
 
-    from mlflow.tracking import MlflowClient
-
     from orchestrator.stored import logged_records
     from orchestrator.sweep.study import load_sweep
-    from orchestrator.sweep.tracking import trial_run_ids
+    from orchestrator.sweep.tracking import store_client, trial_run_ids
 
     spec, study = load_sweep(root, sweep)
     if spec.search.sampler != "grid":
         raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
     check_replayable(spec, study, sweep)
     uri = study.user_attrs["tracking_uri"]
-    client = MlflowClient(uri)
+    client = store_client(uri)
     runs = trial_run_ids(study)
     records, feasible = {}, {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):

@@ -53,7 +53,7 @@ from orchestrator.sweep.study import (
     requeue_interrupted,
     state_dir,
 )
-from orchestrator.sweep.tracking import check_reachable, default_uri
+from orchestrator.sweep.tracking import check_reachable, default_uri, store_client
 from orchestrator.sweep.workers import serving
 from workloads.decoding.config import ConfigError
 from workloads.models.pairspec import PairError
@@ -121,6 +121,7 @@ class Driver:
             engine.prepare(dims)  # an engine that is not set up fails here, not in every trial
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
             check_reachable(self.tracking_uri)
+        store_client(self.tracking_uri)  # a damaged sqlite store: one line, before any state
         if self.ray_address:
             self.ray_address = raycluster.check_head(self.ray_address)
         existed = self.dir.exists()

@@ -14,6 +14,7 @@ import contextlib
 import json
 import math
 import os
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,23 @@ def _check_store_path(uri: str) -> None:
         raise ValueError(f"tracking: cannot create the store {path} ({err.strerror or err})") from None
 
 
+def store_client(uri: str) -> MlflowClient:
+    """An MlflowClient of `uri`; for a sqlite store, first a TrackingError naming the file
+    unless sqlite reads it whole (`PRAGMA quick_check`): a truncated or overwritten store
+    otherwise fails deep inside SQLAlchemy, in a traceback."""
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    if path is not None and path.is_file():
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.Error as err:
+            verdict = str(err)
+        if verdict != "ok":
+            raise TrackingError(f"tracking: the MLflow store {path} is damaged ({verdict.splitlines()[0]}); "
+                                "restore it from a copy, or move it aside to start a new one")
+    return MlflowClient(tracking_uri=uri)
+
+
 MODEL_DEVELOPMENT = "custom_model_development"
 
 
@@ -132,7 +150,7 @@ def refused(err: Exception) -> bool:
 class Tracker:
     def __init__(self, uri: str, experiment: str, artifact_root: Path, pending_file: Path):
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = store_client(uri)
         self.pending_file = pending_file
         self.queue: list[TrialLog] = []
         self._lock = threading.Lock()  # one sender at a time: the background thread or flush
@@ -362,4 +380,4 @@ def trial_run_ids(study) -> dict[int, str]:
     uri, parent = study.user_attrs.get("tracking_uri"), study.user_attrs.get("parent_run")
     if not uri or not parent:
         return {}
-    return {n: run.info.run_id for n, run in trial_runs(MlflowClient(tracking_uri=uri), parent).items()}
+    return {n: run.info.run_id for n, run in trial_runs(store_client(uri), parent).items()}

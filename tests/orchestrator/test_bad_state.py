@@ -231,3 +231,26 @@ def test_exporting_a_sweep_with_no_finished_trial_says_so(tmp_path):
     status = runner.invoke(app, ["status", GOOD["name"], "--root", str(tmp_path)])
     assert "trial 0 failed: engine: vllm exited (1) while starting" in status.output
     assert "trial 1 failed: a later one" in status.output
+
+
+@pytest.mark.parametrize("damage", ["truncated", "header overwritten"])
+def test_a_damaged_mlflow_store_is_one_line_naming_it_for_every_reader(finished, tmp_path, damage):
+    import shutil
+
+    store = finished / ".specsweep" / "mlflow.db"
+    shutil.copy(store, tmp_path / "kept.db")
+    try:
+        if damage == "truncated":
+            os.truncate(store, 20_000)
+        else:
+            with open(store, "r+b") as f:
+                f.write(b"garbage!garbage!")
+        why = "database disk image is malformed" if damage == "truncated" else "file is not a database"
+        line = f"tracking: the MLflow store {store} is damaged ({why}); restore it from a copy"
+        out = tmp_path / "out"
+        for command in (["frontier", "bad"], ["export", "bad", "--out", str(out)],
+                        ["run", str(finished / "spec.yaml"), "--resume"]):
+            one_line_error(runner.invoke(app, [*command, "--root", str(finished)]), line)
+        assert not out.exists()
+    finally:
+        shutil.copy(tmp_path / "kept.db", store)
