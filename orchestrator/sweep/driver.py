@@ -175,11 +175,13 @@ class Driver:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
-            if self.recorder.tracker is not None:
-                self.recorder.send_logs()
-            if ray.is_initialized():
-                ray.shutdown()
-            self.lock.release()
+            try:
+                if self.recorder.tracker is not None:
+                    self.recorder.send_logs()
+            finally:  # a store that failed the last send still frees Ray and the sweep's lock
+                if ray.is_initialized():
+                    ray.shutdown()
+                self.lock.release()
         return self.study
 
     def _start(self) -> None:

@@ -58,6 +58,7 @@ class Recorder:
         # None until `open`: a sweep whose Ray start fails leaves no MLflow run to end
         self.tracker: Tracker | None = None
         self.parent_run: str | None = None
+        self.unwritten: list[str] = []  # summary files a full disk kept out (runs.log_summary)
         # pair -> (baseline schedule, batch size) -> records; the `ar` ones score the trials
         self.baselines: dict[str, dict[tuple[str, int], list[dict]]] = {p.name: {} for p in spec.pairs}
         self.decode_s = 0.0  # Σ batch wall of the decodes of the trials finished this session
@@ -194,7 +195,7 @@ class Recorder:
     def finish(self) -> None:
         """The sweep's summary on the parent run, which then ends FINISHED."""
         self.send_logs()
-        log_summary(self.tracker, self.parent_run, self.spec, self.study, self.state)
+        self.unwritten = log_summary(self.tracker, self.parent_run, self.spec, self.study, self.state)
         self.tracker.end_sweep(self.parent_run, "FINISHED")
 
     def interrupt(self, jobs: list[Job], status: str) -> None:

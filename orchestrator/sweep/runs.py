@@ -128,33 +128,20 @@ COLUMNS = ("trial", "run", "pair", "batch_size", "schedule", "block", "effort", 
            "tied")
 
 
-def log_summary(tracker, run: str, spec, study, folder: Path) -> None:
-    """The parent run's summary: plots, frontier table, timing report (`folder/timing.json`),
-    drift and cost metrics, and a tag naming the trials whose timing was flagged. The
-    acceptance plot draws the frontier trials' `acceptance_rate_pos` as their runs logged it
-    (a trial whose log is still queued for --resume is left out)."""
+def log_summary(tracker, run: str, spec, study, folder: Path) -> list[str]:
+    """The parent run's summary: drift and cost metrics, a tag naming the trials whose timing
+    was flagged, the frontier tags and the description first (the results); then its files,
+    each best-effort: the timing report (`folder/timing.json`), the frontier table, the plots.
+    The acceptance plot draws the frontier trials' `acceptance_rate_pos` as their runs logged
+    it (a trial whose log is still queued for --resume is left out). Returns what could not be
+    written (a full disk), one phrase each."""
     from orchestrator.analysis.plots import acceptance_figure, save, sweep_plots
     from orchestrator.analysis.summary import frontier_rows, sweep_cost
     from orchestrator.analysis.timing import flagged, timing_report
 
-    for path in sweep_plots(spec, study, folder / "plots"):
-        tracker.attach(run, path, "plots")
     runs = tracker.trial_runs(run)
     rows = frontier_rows(spec, study, {n: r.info.run_id for n, r in runs.items()})
-    table = frontier_table(spec, rows, {n: r.info.run_name for n, r in runs.items()})
-    for path in write_frontier(spec, table, folder):
-        tracker.attach(run, path, "")
-    curves = {}
-    for n in sorted({r["trial"] for r in rows} & runs.keys()):
-        rates = tracker.series(runs[n].info.run_id, "acceptance_rate_pos")
-        if rates:
-            curves[f"trial {n}: {runs[n].info.run_name}"] = rates
-    if curves:
-        figure = acceptance_figure(curves, f"{spec.name}: acceptance by draft position, frontier trials")
-        tracker.attach(run, save(figure, folder / "plots" / "acceptance.png"), "plots")
     report = timing_report(study)
-    write_atomic(folder / "timing.json", json.dumps(report, indent=1))
-    tracker.attach(run, folder / "timing.json", "")
     tracker.log_sweep_metrics(run, {
         **{f"{name}.{pair}": d[name] for pair, d in report["drift"].items()
            for name in ("drift", "baseline_vs_controls") if name in d},
@@ -164,6 +151,36 @@ def log_summary(tracker, run: str, spec, study, folder: Path) -> None:
         tracker.tag_sweep(run, "specsweep.timing_flagged", ",".join(map(str, noisy)))
     tracker.tag_runs(decision_tags(spec, study, runs, {r["trial"] for r in rows}))
     tracker.describe(run, description(spec, len(rows)))
+    unwritten: list[str] = []
+
+    def attached(what: str, write, folder_in_run: str) -> None:
+        try:
+            for path in write():
+                tracker.attach(run, path, folder_in_run)
+        except OSError as err:
+            unwritten.append(f"{what} ({err.strerror or err})")
+
+    def timing() -> list[Path]:
+        write_atomic(folder / "timing.json", json.dumps(report, indent=1))
+        return [folder / "timing.json"]
+
+    def acceptance() -> list[Path]:
+        curves = {}
+        for n in sorted({r["trial"] for r in rows} & runs.keys()):
+            rates = tracker.series(runs[n].info.run_id, "acceptance_rate_pos")
+            if rates:
+                curves[f"trial {n}: {runs[n].info.run_name}"] = rates
+        if not curves:
+            return []
+        figure = acceptance_figure(curves, f"{spec.name}: acceptance by draft position, frontier trials")
+        return [save(figure, folder / "plots" / "acceptance.png")]
+
+    table = frontier_table(spec, rows, {n: r.info.run_name for n, r in runs.items()})
+    attached("the timing report", timing, "")
+    attached("the frontier table", lambda: write_frontier(spec, table, folder), "")
+    attached("the plots", lambda: sweep_plots(spec, study, folder / "plots"), "plots")
+    attached("the acceptance plot", acceptance, "plots")
+    return unwritten
 
 
 def decision_tags(spec, study, runs: dict, frontier: set[int]) -> dict[str, dict[str, str]]:

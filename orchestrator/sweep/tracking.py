@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -25,6 +26,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # minutes on a dead server; a call now fails within about 2 * 15 + 2 s and the logs queue.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+# MLflow's store logs a traceback for each database error it raises; the tracker reports them
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
@@ -141,6 +144,14 @@ class TrialLog:
     documents: dict[str, dict] = field(default_factory=dict)  # artifact file name -> its JSON
 
 
+def root_cause(err: BaseException) -> str:
+    """The first line of the innermost cause of `err` (sqlite's "database or disk is full",
+    not SQLAlchemy's wrapping of it), at most 200 characters."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
 def refused(err: Exception) -> bool:
     """Whether MLflow refused a call on its content (a metric or param name or value it does
     not accept), which sending again cannot mend, rather than failed to answer."""
@@ -198,7 +209,7 @@ class Tracker:
             try:
                 return call(*args, **kwargs)
             except Exception as err:
-                reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                reason = root_cause(err)
                 raise TrackingError(
                     f"tracking: the tracking server at {self.uri} failed to {what} after "
                     f"{time.monotonic() - started:.0f} s ({reason}); the sweep's state is kept: "
@@ -278,7 +289,7 @@ class Tracker:
                         self.failing = True
                         return False
                     log = self.queue.pop(0)  # it would block every run queued after it
-                    reason = str(err).splitlines()[0][:200]
+                    reason = root_cause(err)
                     if log.run_id is not None:  # created before MLflow refused what it logged
                         with contextlib.suppress(Exception):
                             self.client.set_terminated(log.run_id, status="FAILED", end_time=log.end_ms)
