@@ -12,8 +12,40 @@ run's per-prompt records (`RECORDS`, read back by `logged_records`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
+
+
+class StoreError(ValueError):
+    """An MLflow store that cannot be read: one line naming it."""
+
+
+def store_client(uri: str):
+    """An MlflowClient of `uri`, once `check_store` passes."""
+    from mlflow.tracking import MlflowClient
+
+    check_store(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def check_store(uri: str) -> None:
+    """For a sqlite store that exists, a StoreError naming the file unless sqlite reads it
+    whole (`PRAGMA quick_check`): a truncated or overwritten store otherwise fails deep inside
+    SQLAlchemy, in a traceback. Creates nothing."""
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    if path is not None and path.is_file():
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.Error as err:
+            verdict = str(err)
+        if verdict != "ok":
+            raise StoreError(f"tracking: the MLflow store {path} is damaged ({verdict.splitlines()[0]}); "
+                                "restore it from a copy, or move it aside to start a new one")
+
+
 
 BASELINE = "baseline:"  # study attribute prefix: baseline:<pair>:<kind> -> that baseline's metrics
 

@@ -137,8 +137,7 @@ def check_exported_schedule(out: Path, uri: str, repeats: int, say: Callable[[st
     prompts; write the merged schedule and the measurements back into the file."""
     from orchestrator.analysis.verify import prompt_ids, read_export
     from orchestrator.files import write_yaml
-    from orchestrator.stored import logged_records
-    from orchestrator.sweep.tracking import store_client
+    from orchestrator.stored import logged_records, store_client
     from workloads.models.pairspec import refs
 
     path = out / "by_batch_size.yaml"

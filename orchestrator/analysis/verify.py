@@ -153,8 +153,7 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
     it is not verified); load by_batch_size.yaml's drafts schedule where it has one. Servers
     log under `logs`. One line each; whether every check passed."""
     from orchestrator.files import write_yaml
-    from orchestrator.stored import logged_records
-    from orchestrator.sweep.tracking import store_client
+    from orchestrator.stored import logged_records, store_client
 
     client, passed = store_client(uri), True
     for path in filter(is_export, written):

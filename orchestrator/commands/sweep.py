@@ -124,9 +124,9 @@ def run(
         raise typer.Exit(130) from None
     _report(console, spec, driver, study, time.time() - start)
     if driver.recorder.unwritten:
-        print(f"error: the sweep finished and its trials are recorded (MLflow and {driver.dir}), but the disk "
-              f"could not take {', '.join(driver.recorder.unwritten)}; free space, then `specsweep export "
-              f"{spec.name} --out DIR` writes the configs and plots", file=sys.stderr)
+        print(f"error: the sweep finished and its trials are recorded (MLflow and {driver.dir}), but the "
+              f"disk could not take {', '.join(driver.recorder.unwritten)}; free space, then `specsweep "
+              f"export {spec.name} --out DIR` writes the configs and plots", file=sys.stderr)
         raise typer.Exit(1)
     failed = all_failed(study)
     if failed:

@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 
 from orchestrator.analysis.categories import MAX_CATEGORIES, OTHER, category_names
 from orchestrator.engines import listed
+from orchestrator.stored import check_store
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
 from orchestrator.sweep.fidelity import MultiFidelity
@@ -53,7 +54,7 @@ from orchestrator.sweep.study import (
     requeue_interrupted,
     state_dir,
 )
-from orchestrator.sweep.tracking import check_reachable, default_uri, store_client
+from orchestrator.sweep.tracking import check_reachable, default_uri
 from orchestrator.sweep.workers import serving
 from workloads.decoding.config import ConfigError
 from workloads.models.pairspec import PairError
@@ -121,7 +122,7 @@ class Driver:
             engine.prepare(dims)  # an engine that is not set up fails here, not in every trial
         if self.tracking_uri != default_uri(self.root / ".specsweep"):  # whose folder --root's check names
             check_reachable(self.tracking_uri)
-        store_client(self.tracking_uri)  # a damaged sqlite store: one line, before any state
+        check_store(self.tracking_uri)  # a damaged sqlite store: one line, before any state
         if self.ray_address:
             self.ray_address = raycluster.check_head(self.ray_address)
         existed = self.dir.exists()

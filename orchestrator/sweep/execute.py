@@ -43,11 +43,15 @@ class Executor:
         """Wait until every worker has loaded its pairs; returns what each runs on."""
         try:
             ray.get(self.loading)
+            self.worker_info = ray.get([w.info.remote() for w in self.workers])
         except ray.exceptions.RayTaskError as err:
             if isinstance(err.cause, ValueError):  # a pair found bad as it loads: its one-line error
                 raise err.cause from None
             raise
-        self.worker_info = ray.get([w.info.remote() for w in self.workers])
+        except ray.exceptions.RayError as err:  # the node or a worker's process lost as they load
+            first = (str(err).strip().splitlines() or [""])[0][:160]
+            raise raycluster.ClusterError(f"cluster: Ray lost a worker while the workers loaded their pairs "
+                               f"({type(err).__name__}: {first}); nothing ran: run the sweep again") from None
         return self.worker_info
 
     def _submit(self, worker: int, shard: Shard):

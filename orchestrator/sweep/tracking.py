@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,7 +33,10 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from orchestrator.files import write_atomic  # noqa: E402
-from orchestrator.stored import RECORDS  # noqa: E402
+from orchestrator.stored import (  # noqa: E402
+    RECORDS,  # noqa: E402
+    store_client,
+)
 
 REFUSALS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_ALREADY_EXISTS")  # MLflow error codes
 
@@ -91,23 +93,6 @@ def _check_store_path(uri: str) -> None:
         os.rmdir(tempfile.mkdtemp(dir=folder))
     except OSError as err:
         raise ValueError(f"tracking: cannot create the store {path} ({err.strerror or err})") from None
-
-
-def store_client(uri: str) -> MlflowClient:
-    """An MlflowClient of `uri`; for a sqlite store, first a TrackingError naming the file
-    unless sqlite reads it whole (`PRAGMA quick_check`): a truncated or overwritten store
-    otherwise fails deep inside SQLAlchemy, in a traceback."""
-    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0]) if uri.startswith("sqlite:///") else None
-    if path is not None and path.is_file():
-        try:
-            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
-        except sqlite3.Error as err:
-            verdict = str(err)
-        if verdict != "ok":
-            raise TrackingError(f"tracking: the MLflow store {path} is damaged ({verdict.splitlines()[0]}); "
-                                "restore it from a copy, or move it aside to start a new one")
-    return MlflowClient(tracking_uri=uri)
 
 
 MODEL_DEVELOPMENT = "custom_model_development"

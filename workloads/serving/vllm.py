@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -184,8 +183,6 @@ class VllmServer:
         self.identity: dict = {}  # what it said of itself when it started (`identify`)
         self.start_s = 0.0
         self.restarts = 0  # starts after a loss (`supervised`)
-        self._lost: ServerLost | None = None  # troubled: it failed or was lost; `stop` keeps its log
-        self._lock = threading.Lock()
         # the load shapes (concurrency, request rate) it has served an untimed load at
         self.warmed: set[tuple[int, float | None]] = set()
 
@@ -195,7 +192,7 @@ class VllmServer:
             Path(parent).mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="vllm-", dir=parent))
         self.log = self.dir / "server.log"
-        self.troubled = False
+        self.troubled = False  # it failed or was lost: `stop` keeps its log folder
 
     def _port(self, port: int) -> None:
         self.port = port
@@ -219,7 +216,7 @@ class VllmServer:
                                        f"{self.log})") from None
                 self._port(free_port())
         self.start_s = time.perf_counter() - began
-        self._lost = None
+        self.__dict__.pop("lost", None)  # set by `lose`, once a life
         return self.start_s
 
     def _start(self, timeout: float) -> None:
@@ -285,12 +282,12 @@ class VllmServer:
         """Record that the server was lost under a load (`why`), stop it (once, whichever of
         the load's threads gets here first: its other requests then fail at once), and return
         the error to raise."""
-        with self._lock:
-            if self._lost is None:
-                self._lost = ServerLost(f"engine: vllm server {why} (log: {self.log})")
-                self.troubled = True
-                self.stop()
-            return self._lost
+        lost = ServerLost(f"engine: vllm server {why} (log: {self.log})")
+        first = self.__dict__.setdefault("lost", lost)  # atomic in one step: one thread wins
+        if first is lost:
+            self.troubled = True
+            self.stop()
+        return first
 
     def restart(self) -> float:
         """Stop it and start it again on a fresh port, logging to a fresh folder (a lost

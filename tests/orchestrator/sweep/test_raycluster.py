@@ -139,3 +139,43 @@ def test_two_sweeps_starting_ray_at_once_each_finish_or_fail_in_one_line(tmp_pat
             assert "Traceback" not in err
             assert not (tmp_path / ".specsweep" / name).exists()
         assert _session_processes(sweep.pid) == []
+
+
+def _kill_raylet_once_workers_load(pid: int, timeout: float = 120) -> None:
+    """SIGKILL the raylet of process `pid`'s local Ray session once its workers run (another
+    process stopping the node while the workers load their pairs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                procs.append((int(proc.name), (proc / "cmdline").read_bytes()))
+            except OSError:
+                continue
+        session = f"_{pid}/".encode()
+        raylet = [p for p, command in procs if b"raylet" in command.split(b"\0")[0] and session in command]
+        workers = [p for p, command in procs if b"PairWorker" in command]  # an actor, loading its pairs
+        if raylet and workers:
+            os.kill(raylet[0], signal.SIGKILL)
+            return
+        time.sleep(0.01)
+    raise AssertionError("no Ray worker started")
+
+
+@pytest.mark.slow  # a sweep, then its resume
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
+def test_the_ray_node_lost_while_workers_load_leaves_nothing_or_a_sweep_that_resumes(tmp_path):
+    sweep = _sweep(tmp_path, "lost")
+    _kill_raylet_once_workers_load(sweep.pid)
+    out, err = sweep.communicate(timeout=180)
+    assert sweep.returncode != 0 and "Traceback" not in err, err[-3000:]
+    if (tmp_path / ".specsweep" / "lost").exists():  # Ray ended the driver itself: resumable
+        resumed = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", "run",
+                                  str(tmp_path / "lost.yaml"), "--root", str(tmp_path), "--resume"],
+                                 capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    else:  # the driver saw the loss: one line, nothing left
+        last = err.splitlines()[-1]
+        assert last.startswith("error: cluster: ") and last.endswith("run the sweep again"), err[-3000:]
+        assert not (tmp_path / ".specsweep" / "lost.lock").exists()
+    assert _session_processes(sweep.pid) == []
