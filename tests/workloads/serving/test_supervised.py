@@ -7,6 +7,7 @@ import http.server
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -122,7 +123,8 @@ def test_conform_survives_its_engine_core_killed_with_one_restart(tmp_path):
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     cli = "from orchestrator.cli import main; main()"
     conform = subprocess.Popen([sys.executable, "-c", cli, "conform", "--pair", "toy-dflash", "--limit", "8"],
-                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     said, killed = [], []
     for line in conform.stderr:
         said.append(line)
