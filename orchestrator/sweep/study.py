@@ -87,6 +87,10 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
     """The spec and study of an existing sweep, for status / frontier / export."""
     path = state_dir(root, name)
     if not (path / "spec.yaml").is_file():
+        if path.is_dir() and any(path.iterdir()):  # a journal or shards, but its spec deleted
+            raise SweepError(f"sweep {name!r}: its state in {path} has no spec.yaml (deleted?); put the "
+                             "spec the sweep ran with back there, or start over with specsweep run SPEC "
+                             "--fresh")
         swept = [p.parent.name for p in path.parent.glob("*/spec.yaml")]
         raise SweepError(f"sweep {name!r}: no state in {path}{did_you_mean(name, swept)} (run it first: "
                          "specsweep run SPEC)")

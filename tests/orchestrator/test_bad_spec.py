@@ -94,10 +94,14 @@ SPECS = {
         "spec: search.sampler: multifidelity: objective throughput_ratio is not a sum over prompts"),
     "a DSpark draft top-k of 0": (
         {"pairs": ["toy-dspark"], "space": {**SERVED, "method": ["dspark"], "dspark_draft_topk": [0]}},
-        "spec: space.dspark_draft_topk: must be an integer >= 1; got 0"),
+        "spec: space.dspark_draft_topk: must be an integer from 1 to 1,048,576 (no vocabulary is larger); "
+        "got 0"),
+    "a DSpark draft top-k of 1e9": (
+        {"pairs": ["toy-dspark"], "space": {**SERVED, "method": ["dspark"], "dspark_draft_topk": [10**9]}},
+        "spec: space.dspark_draft_topk: must be an integer from 1 to 1,048,576"),
     "a DSpark draft top-k in words": (
         {"pairs": ["toy-dspark"], "space": {**SERVED, "method": ["dspark"], "dspark_draft_topk": ["two"]}},
-        "spec: space.dspark_draft_topk: must be an integer >= 1; got 'two'"),
+        "spec: space.dspark_draft_topk: must be an integer from 1 to 1,048,576"),
     "a DSpark setting with no DSpark method": (
         {"pairs": ["toy-dflash"], "space": {**SERVED, "dspark_draft_topk": [2]}},
         "spec: space.dspark_draft_topk: a setting of method dspark, which space.method does not list"),

@@ -254,3 +254,14 @@ def test_a_damaged_mlflow_store_is_one_line_naming_it_for_every_reader(finished,
         assert not out.exists()
     finally:
         shutil.copy(tmp_path / "kept.db", store)
+
+
+def test_a_sweep_whose_spec_was_deleted_is_named_as_such(finished):
+    spec = finished / ".specsweep" / "bad" / "spec.yaml"
+    kept = spec.read_bytes()
+    spec.unlink()
+    try:
+        one_line_error(runner.invoke(app, ["status", "bad", "--root", str(finished)]),
+                       f"sweep 'bad': its state in {finished}/.specsweep/bad has no spec.yaml (deleted?)")
+    finally:
+        spec.write_bytes(kept)

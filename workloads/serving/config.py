@@ -29,6 +29,7 @@ class ServingError(ValueError):
     """An invalid serving configuration, or an engine that cannot serve it; names the field."""
 
 
+MAX_DRAFT_TOPK = 1 << 20  # DSpark's draft top-k: above every vocabulary
 MIN_REQUEST_RATE = 0.01  # requests/s; below it a load measures an idle server
 MAX_ARRIVAL_S = 1800.0  # the expected span of a load's arrivals, (requests − 1) / rate
 
@@ -89,8 +90,10 @@ class ServingConfig:
             raise ServingError(f"enable_adaptive_verification: true or false; got "
                                f"{self.enable_adaptive_verification!r}")
         top_k = self.dspark_draft_topk
-        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
-            raise ServingError(f"dspark_draft_topk: must be an integer >= 1; got {top_k!r}")
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool)
+                                  or not 1 <= top_k <= MAX_DRAFT_TOPK):
+            raise ServingError(f"dspark_draft_topk: must be an integer from 1 to {MAX_DRAFT_TOPK:,} (no "
+                               f"vocabulary is larger); got {top_k!r}")
         if self.method != "dspark" and (top_k is not None or self.enable_adaptive_verification):
             name = "dspark_draft_topk" if top_k is not None else "enable_adaptive_verification"
             raise ServingError(f"{name}: a setting of method dspark; got method {self.method}")

@@ -39,13 +39,26 @@ def _watchdog(leader: int) -> None:
         signal.pause()
 
 
+def _fork_watchdog(leader: int) -> int:
+    pid = os.fork()
+    if pid == 0:
+        _watchdog(leader)
+    return pid
+
+
 def main() -> int:
     _signal_on_parent_death()
     if os.getppid() == 1:  # the parent died before the request above took effect
         return 1
     leader = os.getpid()
-    if os.fork() == 0:
-        _watchdog(leader)
+    watchdog = [_fork_watchdog(leader)]
+
+    def reap(signum, frame):  # a killed watchdog: reaped, not left a zombie, and replaced
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(watchdog[0], os.WNOHANG)[0] == watchdog[0]:
+                watchdog[0] = _fork_watchdog(leader)
+
+    signal.signal(signal.SIGCHLD, reap)
     server = subprocess.Popen(sys.argv[1:])
 
     def stop(signum, frame):

@@ -51,9 +51,21 @@ def test_killing_the_process_that_started_a_server_takes_down_all_of_its_process
                                              text=True).stdout
 
 
+def _watchdogs(guard: int) -> list[tuple[int, str]]:
+    """(pid, state) of the guard's children that run the guard itself: its watchdog."""
+    found = []
+    for pid in subprocess.run(["pgrep", "-P", str(guard)], capture_output=True, text=True).stdout.split():
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if state == "Z" or b"guard.py" in f.read():
+                found.append((int(pid), state))
+    return found
+
+
 def test_a_guard_killed_outright_still_takes_down_its_server():
     """Ray kills a dead worker's children with SIGKILL, which no handler sees: the guard's
-    watchdog does."""
+    watchdog does; a watchdog killed first is reaped (no zombie) and replaced."""
     from tests.workloads.serving.engines import DFLASH
     from workloads.models.pairspec import BUNDLED
     from workloads.serving.vllm import EngineSettings, VllmServer
@@ -61,6 +73,13 @@ def test_a_guard_killed_outright_still_takes_down_its_server():
     server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH))
     server.start()
     group = server.process.pid
+    [(first, _)] = _watchdogs(group)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while [w for w, _ in _watchdogs(group)] in ([], [first]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [(second, state)] = _watchdogs(group)
+    assert second != first and state != "Z"
     os.kill(group, signal.SIGKILL)
     server.process.wait()
     deadline = time.monotonic() + 30
