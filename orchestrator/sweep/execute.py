@@ -30,7 +30,8 @@ class Executor:
         pairs = {p.name: p.load_spec() for p in spec.pairs}
         # a pair's runtime_env applies only to a worker that serves that pair alone
         self.workers = start_workers([envs[ns[0]] if len(ns) == 1 else None for ns in serves.values()],
-                                     spec.cluster.resource, pairs, spec.task.name, spec.search.seed)
+                                     spec.cluster.resource, pairs, spec.task.name, spec.search.seed,
+                                     str(cache.parent / "logs"))
         self.loading = [w.load.remote(serves[i]) for i, w in enumerate(self.workers)]  # awaited by `ready`
         self.worker_info: list[dict] = []  # per worker: node, pid, GPU, hardware; filled by `ready`
         # cached shards are keyed by the task too, so another task's never match

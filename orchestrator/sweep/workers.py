@@ -28,6 +28,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
@@ -90,7 +91,7 @@ def control_positions(n: int, count: int = CONTROLS) -> list[int]:
 class PairWorker:
     """Actor body; see the module docstring."""
 
-    def __init__(self, pairs: dict[str, str | dict], task: str, sweep_seed: int):
+    def __init__(self, pairs: dict[str, str | dict], task: str, sweep_seed: int, logs: str | None = None):
         from workloads.tasks import TASKS
 
         self.pair_specs = pairs
@@ -99,6 +100,7 @@ class PairWorker:
         self.sweep_seed = sweep_seed
         self.warm: set[str] = set()  # pairs this process has decoded its warm-up prompts with
         self.engines = None  # the vLLM servers of the shards under engine vllm (sweep.serving)
+        self.logs = logs  # where those servers log (the sweep's state on its node)
 
     def _pair(self, name: str):
         if name not in self.pairs:
@@ -182,7 +184,7 @@ class PairWorker:
         from workloads.models.pair import load_tokenizer
 
         if self.engines is None:
-            self.engines = Engines(self.pair_specs)
+            self.engines = Engines(self.pair_specs, None if self.logs is None else Path(self.logs))
         tokenizer = load_tokenizer(self.pair_specs[shard.pair])
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
         restarts = self.engines.restarts
@@ -239,9 +241,10 @@ def _gpu_name() -> str:
 
 
 def start_workers(runtime_envs: list[dict | None], resource: str, pairs: dict[str, str | dict], task: str,
-                  sweep_seed: int) -> list:
+                  sweep_seed: int, logs: str | None = None) -> list:
     """One actor per slot (len(runtime_envs)), each holding one unit of `resource` (cpu, gpu
-    or custom), spread over the cluster's nodes; runtime_envs[i] is slot i's Ray runtime_env."""
+    or custom), spread over the cluster's nodes; runtime_envs[i] is slot i's Ray runtime_env;
+    their vLLM servers log under `logs`."""
     if resource == "cpu":
         options = {"num_cpus": 1}
     elif resource == "gpu":
@@ -250,4 +253,4 @@ def start_workers(runtime_envs: list[dict | None], resource: str, pairs: dict[st
         options = {"num_cpus": 0, "resources": {resource: 1}}
     actor = ray.remote(max_restarts=-1, max_task_retries=0)(PairWorker)
     return [actor.options(**options, scheduling_strategy="SPREAD", **({"runtime_env": env} if env else {}))
-            .remote(pairs, task, sweep_seed) for env in runtime_envs]
+            .remote(pairs, task, sweep_seed, logs) for env in runtime_envs]

@@ -264,8 +264,8 @@ class VllmServer:
 
     def identify(self) -> dict:
         """The server as it reports itself: the pids of its process group listening on the
-        port, and the model it serves (/v1/models) and its max_model_len; ServingError unless
-        that model is the one it was started with."""
+        port, and the model it serves (/v1/models) and its max_model_len; EngineFailure unless
+        they are what it was started with."""
         pids = sorted(listening_pids(self.port, self.process.pid))
         with urllib.request.urlopen(f"{self.url}/v1/models", timeout=10) as response:
             models = json.loads(response.read().decode()).get("data") or []
@@ -275,8 +275,13 @@ class VllmServer:
             self.troubled = True
             raise EngineFailure(f"engine: the server on port {self.port} serves {sorted(served)}, not "
                                f"{self.settings.model} (log: {self.log})")
-        return {"pids": pids, "model": self.settings.model,
-                "max_model_len": served[self.settings.model].get("max_model_len")}
+        length = served[self.settings.model].get("max_model_len")
+        if self.settings.max_model_len is not None and length != self.settings.max_model_len:
+            self.stop()
+            self.troubled = True
+            raise EngineFailure(f"engine: the server on port {self.port} serves max_model_len {length}, not "
+                                f"the {self.settings.max_model_len} it was started with (log: {self.log})")
+        return {"pids": pids, "model": self.settings.model, "max_model_len": length}
 
     def lose(self, why: str) -> ServerLost:
         """Record that the server was lost under a load (`why`), stop it (once, whichever of
