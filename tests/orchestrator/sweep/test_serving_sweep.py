@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -100,10 +99,10 @@ def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
     (verifier / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
     data = {**GOOD, "name": "unservable", "pairs": [{"name": "odd", "model": str(verifier)}],
             "space": {"engine": ["vllm"], "method": ["none"], "max_new_tokens": 8}}
-    logs = set(Path(tempfile.gettempdir()).glob("vllm-*"))  # a VllmServer's log folder, one a start
     result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
     assert result.exit_code == 1, result.output
-    started = set(Path(tempfile.gettempdir()).glob("vllm-*")) - logs
+    # a VllmServer's log folder, one a start, kept under the sweep's state where it failed
+    started = list((tmp_path / ".specsweep" / "unservable" / "logs").glob("vllm-*/server.log"))
     assert len(started) == START_TRIES  # the shard and its retry; the error each time vLLM's own
     said = result.output.replace("\n", "")
     assert ("error: every trial failed (1); the first (trial 0): ServingError: engine: vllm exited (1) while "
