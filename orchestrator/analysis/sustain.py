@@ -49,13 +49,15 @@ def overshoot_bound(steps: int, repeats: int, q: float = 0.5) -> float:
     return min(1.0, (steps + 2) * q ** repeats)
 
 
-def search(meets: Callable[[float, int], bool], low: float, high: float, steps: int, repeats: int) -> Bracket:
+def search(meets: Callable[[float, int], bool], low: float, high: float, steps: int, repeats: int,
+           found: Bracket | None = None) -> Bracket:
     """Bisect the rate between `low` and `high`: `meets(rate, i)` runs load i (0 ≤ i < R) at
     `rate` and says whether it met the SLO; a rate is sustained when all R did (its loads stop
     at the first that did not). `high` first (sustained: done), then `low` (not sustained:
     done), then `steps` midpoints, each moving the bracket's low end up when sustained, else
-    its high end down."""
-    found = Bracket()
+    its high end down. `found`, where given, is filled as the search goes (what a caller keeps
+    of a search cut short)."""
+    found = Bracket() if found is None else found
 
     def sustained(rate: float) -> bool:
         met = 0

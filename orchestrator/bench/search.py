@@ -198,8 +198,9 @@ def grid_records(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, list[di
     """A finished grid sweep's per-prompt records by params key (from its MLflow runs'
     `prompts.jsonl`, in prompt order), and which points are feasible."""
 
-    from orchestrator.stored import logged_records, store_client, trial_run_ids
+    from orchestrator.stored import logged_records, store_client
     from orchestrator.sweep.study import load_sweep
+    from orchestrator.sweep.tracking import trial_run_ids
 
     spec, study = load_sweep(root, sweep)
     if spec.search.sampler != "grid":

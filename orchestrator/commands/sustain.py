@@ -12,7 +12,7 @@ import typer
 from orchestrator.analysis.sustain import MAX_REPEATS, MAX_STEPS
 from orchestrator.commands.sweep import ROOT
 from orchestrator.errors import user_errors
-from workloads.serving.config import MIN_REQUEST_RATE, arrival_error
+from workloads.serving.config import MIN_REQUEST_RATE, EngineFailure, arrival_error
 
 
 @user_errors
@@ -31,7 +31,7 @@ def sustain(
     REPEATS loads of the sweep's prompts arriving at that rate; print the highest rate whose
     loads all met the SLO and the lowest that missed it. Each setting is logged as an MLflow
     run under the sweep's parent run; `specsweep frontier SWEEP` shows the results."""
-    from orchestrator.analysis.sustain import overshoot_bound
+    from orchestrator.analysis.sustain import Bracket, overshoot_bound
     from orchestrator.engines import VLLM
     from orchestrator.sweep.prompts import spec_prompts
     from orchestrator.sweep.serving import Engines
@@ -75,9 +75,14 @@ def sustain(
             typer.echo(label)
             tokenizer = load_tokenizer(next(p.load_spec() for p in spec.pairs if p.name == pair))
             ids = [tokenizer(prompts[pair][e.index], verbose=False).input_ids for e in examples]
-            start_ms = int(time.time() * 1000)
-            slo = spec.serving.slo
-            bracket, seconds = sustain_setting(engines, pair, config, ids, slo, rates, typer.echo)
+            start_ms, began = int(time.time() * 1000), time.perf_counter()
+            slo, bracket = spec.serving.slo, Bracket()
+            try:
+                seconds = sustain_setting(engines, pair, config, ids, slo, rates, typer.echo, bracket)
+            except EngineFailure as err:  # the probes so far are kept, marked cut short
+                results.append(result(pair, config, label, bracket, time.perf_counter() - began, rates, slo,
+                                      str(err)))
+                raise
             results.append(result(pair, config, label, bracket, seconds, rates, slo))
             typer.echo(f"  sustained {_rate(bracket.sustained)}, missed at {_rate(bracket.failed)} "
                        f"({len(bracket.probes)} rates, {seconds:.0f} s)")

@@ -204,8 +204,8 @@ def _sustained_table(results: list[dict]):
     for col in ("setting", "sustained req/s", "missed at", "probes", "seconds"):
         table.add_column(col, justify="left" if col == "setting" else "right", no_wrap=True)
     for r in sorted(results, key=lambda r: -(r["sustained_rate"] or 0.0)):
-        table.add_row(r["label"], *(f"{r[k]:.3g}" if r[k] is not None else "-" for k in ("sustained_rate",
-                                                                                          "failed_rate")),
+        rates = (f"{r[k]:.3g}" if r[k] is not None else "-" for k in ("sustained_rate", "failed_rate"))
+        table.add_row(r["label"] + (" (cut short)" if "error" in r else ""), *rates,
                       str(len(r["probes"])), f"{r['engine_s']:.0f}")
     return table
 

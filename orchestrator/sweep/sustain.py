@@ -51,10 +51,11 @@ def settings(spec) -> list[tuple[str, ServingConfig]]:
 
 
 def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[list[int]], slo: dict,
-                    rates: Range, shown: Callable[[str], None]) -> tuple[Bracket, float]:
-    """The search's bracket for one setting, and the seconds it took (its server's start,
-    warm-up and every load). Each probe's loads are supervised: a server lost under one is
-    started again and the load served once more (vllm.supervised)."""
+                    rates: Range, shown: Callable[[str], None], found: Bracket) -> float:
+    """Fill `found`, the search's bracket for one setting (as far as it got, where the search
+    is cut short); the seconds it took (its server's start, warm-up and every load). Each
+    probe's loads are supervised: a server lost under one is started again and the load served
+    once more (vllm.supervised)."""
     from workloads.serving.load import records, warm
     from workloads.serving.vllm import supervised
 
@@ -75,14 +76,16 @@ def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[lis
             f"{key} {metrics.get(key, float('nan')):.3g}" for key in slo) + ("" if met else " (SLO missed)"))
         return met
 
-    bracket = search(meets, rates.low, rates.high, rates.steps, rates.repeats)
-    return bracket, time.perf_counter() - began
+    search(meets, rates.low, rates.high, rates.steps, rates.repeats, found)
+    return time.perf_counter() - began
 
 
 def result(pair: str, config: ServingConfig, label: str, bracket: Bracket, seconds: float, rates: Range,
-           slo: dict) -> dict:
-    """One setting's entry of `sustained.json`."""
-    return {"pair": pair, "label": label, "config": config.to_dict(), "sustained_rate": bracket.sustained,
+           slo: dict, error: str | None = None) -> dict:
+    """One setting's entry of `sustained.json`; with `error`, a search cut short by it (its
+    bracket as far as it got)."""
+    return {"pair": pair, "label": label, "config": config.to_dict(), **({"error": error} if error else {}),
+            "sustained_rate": bracket.sustained,
             "failed_rate": bracket.failed, "probes": [list(p) for p in bracket.probes],
             **dataclasses.asdict(rates), "slo": slo,
             "overshoot_bound": overshoot_bound(rates.steps, rates.repeats),

@@ -75,3 +75,18 @@ def test_the_reported_rate_overshoots_r_q_within_the_bound(repeats, steps):
             bound = overshoot_bound(steps, repeats, q)
             over = sum(rate > crossing(half, slope, q) for rate in reported) / runs
             assert over <= bound + 3 * math.sqrt(bound * (1 - bound) / runs) + 1e-9
+
+
+def test_a_search_cut_short_keeps_its_probes_in_the_bracket_given():
+    """`sustain` keeps what a setting's search found before its server was lost twice."""
+    from orchestrator.analysis.sustain import Bracket
+
+    def meets(rate, i):
+        if rate < 8:  # the second rate probed: the engine fails under it
+            raise RuntimeError("engine lost")
+        return False
+
+    found = Bracket()
+    with pytest.raises(RuntimeError):
+        search(meets, 1.0, 64.0, 2, 3, found)
+    assert found.failed == 64.0 and found.sustained is None and found.probes == [(64.0, 0, 1)]
