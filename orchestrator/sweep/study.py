@@ -100,12 +100,27 @@ def load_sweep(root: Path, name: str) -> tuple[SweepSpec, optuna.Study]:
         raise SweepError(f"sweep {name!r}: no study in its storage (run it first: specsweep run SPEC)")
     journal = path / "study.journal"
     try:
-        return spec, open_study(path, spec, create=False)
+        study = open_study(path, spec, create=False)
     except (ValueError, KeyError, TypeError, AttributeError) as err:  # a record Optuna cannot replay
         if spec.search.storage is not None:
             raise
         raise SweepError(f"sweep {name!r}: its study journal {journal} is damaged: "
                          f"{journal_damage(journal) or f'its records do not replay ({err!r})'}") from None
+    _follow_moved_store(study, root)
+    return spec, study
+
+
+def _follow_moved_store(study: optuna.Study, root: Path) -> None:
+    """A state root copied or moved whole (`.specsweep/` with its mlflow.db) reads its own
+    store: a study that names the default store of another root is pointed at this root's
+    (its runs are the same rows, copied with it). Left alone where this root has none, or the
+    study is read-only here."""
+    stored = study.user_attrs.get("tracking_uri", "")
+    local = f"sqlite:///{(root / '.specsweep' / 'mlflow.db').resolve()}"
+    if (stored != local and stored.startswith("sqlite:///") and stored.endswith("/.specsweep/mlflow.db")
+            and (root / ".specsweep" / "mlflow.db").is_file()):
+        with contextlib.suppress(OSError):
+            study.set_user_attr("tracking_uri", local)
 
 
 def check_not_empty(path: Path, spec: SweepSpec) -> None:

@@ -265,3 +265,15 @@ def test_a_sweep_whose_spec_was_deleted_is_named_as_such(finished):
                        f"sweep 'bad': its state in {finished}/.specsweep/bad has no spec.yaml (deleted?)")
     finally:
         spec.write_bytes(kept)
+
+
+def test_a_copied_state_root_reads_its_own_mlflow_store(finished, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(finished, copy)
+    result = runner.invoke(app, ["status", "bad", "--root", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert f"MLflow: sqlite:///{copy.resolve()}/.specsweep/mlflow.db" in result.output.replace("\n", "")
+    original = runner.invoke(app, ["status", "bad", "--root", str(finished)])
+    assert f"MLflow: sqlite:///{finished.resolve()}/.specsweep/mlflow.db" in original.output.replace("\n", "")
