@@ -67,7 +67,7 @@ def conform(
         source = get_task(task, data)
         texts = [format_prompt(source, e) for e in source.examples("test", n=limit)]
     settings = dataclasses.replace(EngineSettings.of(refs(pair), config), workaround=workaround)
-    server = VllmServer(settings, log_dir=LOGS)
+    server = VllmServer(settings, log_dir=LOGS.resolve())  # errors name the log wherever run from
     typer.echo(f"starting vLLM: {settings.model} with {settings.speculative}", err=True)
     loaded = load_pair(pair)
     try:
