@@ -1,4 +1,4 @@
-"""Per-trial metrics from per-prompt records (names from DESIGN.md), pure functions.
+"""Per-trial metrics from per-prompt records (names as docs/sweeps.md lists them), pure functions.
 
 A record is one decoded prompt: the DecodeResult measurements plus `index` and `correct`;
 a prompt decoded in a batch also carries `batch` (its batch's first index), `batch_wall_s`

@@ -13,7 +13,7 @@ of the candidate), `margin` (top-1 minus top-2 probability), `entropy` (lowest f
 `random`. Scores use the model's untempered distribution, so greedy drafting still ranks.
 Each committed token keeps the q it was drawn from: that is the proposal rejection
 sampling needs. It is exact only if, given the earlier draft tokens, each token was drawn
-from its stored q (DESIGN.md): one step, or left-to-right commits decided without looking
+from its stored q (docs/concepts.md, Decoding): one step, or left-to-right commits decided without looking
 at the drawn tokens. So τ is judged on a slot's top probability, never on the probability
 of the token drawn there: keeping a draw only when it is likely would skew the kept
 tokens towards likely ones (at temperature 0 the two are the same, the draw is the argmax).

@@ -1,7 +1,7 @@
 """`decode_batch(pair, prompts, config)`: prompts decoded together through one schedule, with
 each row's measurements; `decode(pair, prompt, config)` is the batch of one.
 
-The schedules are those of DESIGN.md: `ar`, `diffusion`, `linear`, `packed` (schedules.py)
+The schedules are those of docs/glossary.md: `ar`, `diffusion`, `linear`, `packed` (schedules.py)
 and, on a dual-mode pair, `quadratic` (selfspec.py) and any-order Packed-SS (anyorder.py).
 Which of them a pair runs is its kind's (`pair.kind`, kinds.py); every schedule decodes the
 batch's rows at once, as tensors (rows.py). This module checks the prompts, builds the

@@ -1,4 +1,4 @@
-"""The left-to-right schedules of DESIGN.md over every row of a batch at once (rows.Rows), one
+"""The left-to-right schedules of docs/glossary.md over every row of a batch at once (rows.Rows), one
 flat function each:
 
 * `ar`: the verifier alone, one token a row a call.

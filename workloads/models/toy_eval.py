@@ -52,7 +52,7 @@ def quality(directory: str | Path, n: int = 200, seed: int = 0) -> dict[str, flo
 
 
 def mean_accept_len(pair: Pair, examples, block: int = 8) -> float:
-    """mean_accept_len = Σaccepted/Σiterations (DESIGN.md's trial metric): draft tokens
+    """mean_accept_len = Σaccepted/Σiterations (the trial metric docs/sweeps.md names): draft tokens
     accepted per verification, greedy linear K = 1 at block B."""
     config = DecodeConfig(schedule="linear", block=block, steps=1, max_new_tokens=CANVAS)
     results = [decode(pair, ex.prompt, config) for ex in examples]

@@ -56,7 +56,7 @@ class Served:
         return (self.wall_s - self.ttft_s) / (n - 1) if n > 1 else None
 
     def record(self) -> dict:
-        """Its measurements under the names of specsweep's records (DESIGN.md); the counters
+        """Its measurements under the names of specsweep's records (docs/sweeps.md); the counters
         where the request had its own."""
         out = {"text": self.text, "token_ids": self.token_ids, "new_tokens": len(self.token_ids),
                "wall_s": self.wall_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "itl_s": self.itl_s,

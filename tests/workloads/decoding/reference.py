@@ -1,4 +1,4 @@
-"""The reference decoder: one prompt, one row, one plain loop per schedule of DESIGN.md, the
+"""The reference decoder: one prompt, one row, one plain loop per schedule of docs/glossary.md, the
 oracle the engine (every row of a batch at once, workloads.decoding) is checked against,
 token for token and counter for counter.
 

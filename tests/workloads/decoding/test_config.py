@@ -1,4 +1,4 @@
-"""The `exact` label of every class of configuration, as DESIGN.md gives it."""
+"""The `exact` label of every class of configuration, as docs/concepts.md (Decoding) gives it."""
 
 import pytest
 
