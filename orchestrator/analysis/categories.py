@@ -60,16 +60,12 @@ def category_names(labels: list[str]) -> dict[str, str]:
         kept = kept[:MAX_CATEGORIES - 1]
     names: dict[str, str] = {}
     taken = {OTHER} if len(counts) > MAX_CATEGORIES else set()
-    def clean(label: str) -> str:
-        name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_-]", "_", label)).lstrip("_-")
-        return name[:NAME_CHARS] or "category"
-
     # labels that are names already keep them; the others follow, in order of first sight
-    for label in sorted(dict.fromkeys(labels), key=lambda label: clean(label) != label):
+    for label in sorted(dict.fromkeys(labels), key=lambda label: _metric_name(label) != label):
         if label not in kept:
             names[label] = OTHER
             continue
-        base = clean(label)
+        base = _metric_name(label)
         name, n = base, 1
         while name in taken:
             n += 1
@@ -77,3 +73,10 @@ def category_names(labels: list[str]) -> dict[str, str]:
         taken.add(name)
         names[label] = name
     return names
+
+
+def _metric_name(label: str) -> str:
+    """`label` with every character but letters, digits, '_' and '-' as '_', runs of '_' and
+    leading '_' or '-' dropped, at most NAME_CHARS characters; `category` where nothing is left."""
+    name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_-]", "_", label)).lstrip("_-")
+    return name[:NAME_CHARS] or "category"

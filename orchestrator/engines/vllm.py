@@ -38,9 +38,8 @@ class VllmEngine(Engine):
         vllm_python()
         if True in dims.get("enable_adaptive_verification", []) and cpu_build():
             raise ServingError("spec: space.enable_adaptive_verification: true is refused by vLLM's CPU "
-                               "build "
-                               "(its V1 model runner has no adaptive verification); list false, or run "
-                               "on a GPU machine")
+                               "build (its V1 model runner has no adaptive verification); list false, or "
+                               "run on a GPU machine")
 
     def space_error(self, dims: dict[str, list], racing: bool, alone: bool) -> str | None:
         """Known methods, whole numbers, rates and burstiness > 0, num_speculative_tokens listed

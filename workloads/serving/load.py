@@ -17,7 +17,8 @@ import numpy as np
 import requests
 
 from workloads.serving.config import ServingConfig, ServingError
-from workloads.serving.vllm import Counters, VllmServer, supervised
+from workloads.serving.counters import Counters
+from workloads.serving.vllm import VllmServer, supervised
 
 # A request's deadline: REQUEST_BASE_S, then SECONDS_PER_TOKEN for each token it asks for, for
 # each request in flight beside it (a step serves them all). 10 tokens/s a slot is far below

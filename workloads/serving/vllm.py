@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
+from workloads.serving.counters import Counters
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -398,38 +398,3 @@ def supervised(server: VllmServer, work: Callable[[], T], say: Callable[[str], N
         return work()
     except ServerLost as again:
         raise EngineFailure(f"{again} again after one restart; see that log") from None
-
-
-_SAMPLE = re.compile(r'^vllm:spec_decode_(\w+)_total\{([^}]*)\} ([0-9.eE+-]+)$', re.M)
-
-
-@dataclass(frozen=True)
-class Counters:
-    """vLLM's spec-decode counters, by specsweep's names: `iterations` (drafts: one per
-    verification of a request), `drafted` (draft tokens), `accepted` (accepted draft tokens)
-    and `accepted_per_pos` (accepted tokens at each draft position)."""
-
-    iterations: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    accepted_per_pos: tuple[int, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> Counters:
-        totals: dict[str, float] = {}
-        positions: dict[int, float] = {}
-        for name, labels, value in _SAMPLE.findall(text):
-            position = re.search(r'position="(\d+)"', labels)
-            if name == "num_accepted_tokens_per_pos" and position:
-                positions[int(position.group(1))] = positions.get(int(position.group(1)), 0) + float(value)
-            else:
-                totals[name] = totals.get(name, 0) + float(value)
-        per_pos = tuple(int(positions[i]) for i in sorted(positions))
-        return cls(int(totals.get("num_drafts", 0)), int(totals.get("num_draft_tokens", 0)),
-                   int(totals.get("num_accepted_tokens", 0)), per_pos)
-
-    def __sub__(self, before: Counters) -> Counters:
-        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
-        pad = lambda c: c.accepted_per_pos + (0,) * (width - len(c.accepted_per_pos))  # noqa: E731
-        return Counters(self.iterations - before.iterations, self.drafted - before.drafted,
-                        self.accepted - before.accepted, tuple(a - b for a, b in zip(pad(self), pad(before))))

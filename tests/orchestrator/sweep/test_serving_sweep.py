@@ -22,7 +22,8 @@ from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import BUNDLED
-from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, Counters, free_port, vllm_python
+from workloads.serving.counters import Counters
+from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, free_port, vllm_python
 
 pytestmark = needs_vllm
 

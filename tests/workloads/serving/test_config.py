@@ -1,7 +1,7 @@
 import pytest
 
 from workloads.serving.config import ServingConfig, ServingError
-from workloads.serving.vllm import Counters
+from workloads.serving.counters import Counters
 
 METRICS = """# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
 vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 3.0
