@@ -17,10 +17,15 @@ F = TypeVar("F", bound=Callable)
 USER_ERRORS = (ValueError, FileNotFoundError)
 
 
+class RunFailure(RuntimeError):
+    """Valid input whose run failed for a reason outside the tool (a lost Ray node): one line,
+    exit code 1."""
+
+
 def user_errors(fn: F) -> F:
     """Turn the data plane's validation errors into `error: <message>` and exit code 2, and a
-    serving engine that failed under valid input (EngineFailure) into the same line and exit
-    code 1."""
+    serving engine or Ray cluster that failed under valid input (EngineFailure, RunFailure)
+    into the same line and exit code 1."""
     from workloads.serving.config import EngineFailure
 
     @functools.wraps(fn)
@@ -30,7 +35,7 @@ def user_errors(fn: F) -> F:
         except USER_ERRORS as err:
             print(f"error: {err}", file=sys.stderr)
             raise typer.Exit(2) from None
-        except EngineFailure as err:
+        except (EngineFailure, RunFailure) as err:
             print(f"error: {err}", file=sys.stderr)
             raise typer.Exit(1) from None
 

@@ -7,6 +7,7 @@ of its indices.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import ray
@@ -16,6 +17,8 @@ from orchestrator.sweep.shards import Job, ShardQueue
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.workers import Shard, start_workers
 from workloads.tasks import Example
+
+HEAD_CHECK_S = 3.0  # between checks that the Ray head lives (Ray gives a lost head a minute)
 
 
 class Executor:
@@ -39,6 +42,7 @@ class Executor:
                                 wait=raycluster.wait, fetch=raycluster.fetch,
                                 probe=lambda w: self.workers[w].info.remote())
         self.jobs: dict[str, Job] = {}  # in flight, by key
+        self.checked = time.monotonic()  # when `step` last asked whether the Ray head lives
 
     def ready(self) -> list[dict]:
         """Wait until every worker has loaded its pairs; returns what each runs on."""
@@ -70,7 +74,13 @@ class Executor:
 
     def step(self) -> list[Job]:
         """Hand pending shards to free workers and wait up to a second for results; returns
-        the jobs that completed or failed."""
+        the jobs that completed or failed. Every few seconds it asks whether the Ray head
+        still lives, so a lost node is one line well before Ray ends the driver itself."""
+        if time.monotonic() - self.checked > HEAD_CHECK_S:
+            self.checked = time.monotonic()
+            if why := raycluster.head_lost():
+                raise raycluster.ClusterLost(f"cluster: the Ray node was lost mid-sweep ({why}); the trials "
+                                             "that finished are recorded: rerun the sweep with --resume")
         self.queue.dispatch()
         return self.queue.collect(timeout=1.0)
 

@@ -18,11 +18,16 @@ from pathlib import Path
 
 import ray
 
+from orchestrator.errors import RunFailure
 from orchestrator.sweep.shards import ShardFailed, WorkerLost
 
 
 class ClusterError(ValueError):
     """A Ray cluster that cannot be reached or lacks the resources the spec asks for."""
+
+
+class ClusterLost(RunFailure):
+    """The Ray head a running sweep uses is gone (valid input, a failed run: exit code 1)."""
 
 
 def temp_dir() -> Path:
@@ -120,6 +125,28 @@ def check_head(address: str, timeout: float = 5.0) -> str:
         raise ClusterError(f"cluster: cannot reach the Ray cluster at {address} (waited {timeout:g} s: "
                            f"{err.strerror or err})") from None
     return address
+
+
+def head_lost(timeout: float = 2.0) -> str | None:
+    """Why the Ray head this driver uses is gone, or None while it lives: a local head's
+    raylet or GCS process has exited, or a joined cluster's GCS address refuses connections.
+    Checked by the driver because Ray ends a driver whose head is gone on its own, up to a
+    minute later and in its own words, with nothing of the sweep's said."""
+    node = getattr(ray._private.worker, "_global_node", None)  # private: None if Ray moves it
+    if node is not None and node.head:
+        for name in ("gcs_server", "raylet"):
+            for info in node.all_processes.get(name, []):
+                code = info.process.poll()
+                if code is not None:
+                    return f"its {name} exited with " + (f"signal {-code}" if code < 0 else f"code {code}")
+        return None
+    address = ray.get_runtime_context().gcs_address
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        return f"its head at {address} refuses connections ({err.strerror or err})"
+    return None
 
 
 def wait(refs: list, timeout: float) -> list:

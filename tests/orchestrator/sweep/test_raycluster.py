@@ -179,3 +179,47 @@ def test_the_ray_node_lost_while_workers_load_leaves_nothing_or_a_sweep_that_res
         assert last.startswith("error: cluster: ") and last.endswith("run the sweep again"), err[-3000:]
         assert not (tmp_path / ".specsweep" / "lost.lock").exists()
     assert _session_processes(sweep.pid) == []
+
+
+def _kill_head_once_a_trial_completes(pid: int, journal: Path, timeout: float = 300) -> None:
+    """SIGKILL the raylet and GCS server of process `pid`'s local Ray session once its study
+    journal records a completed trial (`ray stop --force` on that one session, mid-sweep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if journal.exists() and '"state":1' in journal.read_text().replace(" ", ""):  # TrialState.COMPLETE
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("no trial completed")
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            program = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"_{pid}/".encode() in b" ".join(program) and (b"raylet" in program[0] or b"gcs_server" in program[0]):
+            os.kill(int(proc.name), signal.SIGKILL)
+
+
+@pytest.mark.slow  # a sweep, then its resume
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
+def test_the_ray_node_lost_mid_sweep_is_one_line_and_the_sweep_resumes(tmp_path):
+    spec = tmp_path / "mid.yaml"
+    space = {**GOOD["space"], "block": [2, 3, 4, 5, 6, 7, 8, 9], "max_new_tokens": 16}
+    spec.write_text(yaml.safe_dump({**GOOD, "name": "mid", "task": {"name": "arith", "limit": 12},
+                                    "space": space, "search": {**GOOD["search"], "trials": 8}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    run = [sys.executable, "-c", "from orchestrator.cli import main; main()", "run", str(spec),
+           "--root", str(tmp_path)]
+    sweep = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _kill_head_once_a_trial_completes(sweep.pid, tmp_path / ".specsweep" / "mid" / "study.journal")
+    started = time.monotonic()
+    out, err = sweep.communicate(timeout=180)
+    assert sweep.returncode == 1 and "Traceback" not in err, err[-3000:]
+    last = err.splitlines()[-1]
+    assert last.startswith("error: cluster: the Ray node was lost mid-sweep (its "), err[-3000:]
+    assert last.endswith("rerun the sweep with --resume") and err.count("error:") == 1, err[-3000:]
+    assert time.monotonic() - started < 50  # before Ray's own minute runs out
+    assert _session_processes(sweep.pid) == []
+    resumed = subprocess.run([*run, "--resume"], capture_output=True, text=True, timeout=300, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]  # the lock was freed, the state kept
+    assert "frontier of mid" in resumed.stderr
