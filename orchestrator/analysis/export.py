@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from orchestrator.analysis.choice import FLOORS, PICKS, by_batch_size, pick, routes, speed_metric
 from orchestrator.analysis.metrics import NUMBER
 from orchestrator.analysis.serving import SGLANG, cpu_port_note, drafter_serving, drafts_schedule
 from orchestrator.analysis.timing import drift_key, timing_report
@@ -102,75 +103,16 @@ def code_version() -> str:
         return "unknown"
 
 
-PICKS = ("all", "fastest", "most-accurate", "knee")
-FLOORS = (0.5, 0.75, 0.9, 0.95, 0.99)
-
-
-def pick(rows: list[dict], how: str) -> list[dict]:
-    """Choose among frontier rows by throughput_tps and accuracy: `fastest`; `most-accurate`
-    (ties to the faster); `knee`, the row farthest from the straight line between those two
-    after scaling both metrics to [0, 1]; or `all`."""
-    if how not in PICKS:
-        raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
-    if how == "all" or len(rows) <= 1:
-        return rows
-    speed = lambda r: r["metrics"].get("throughput_tps", 0.0)  # noqa: E731
-    quality = lambda r: r["metrics"].get("accuracy", 0.0)  # noqa: E731
-    fastest = max(rows, key=lambda r: (speed(r), quality(r)))
-    accurate = max(rows, key=lambda r: (quality(r), speed(r)))
-    if how == "fastest":
-        return [fastest]
-    if how == "most-accurate":
-        return [accurate]
-    xs, ys = [speed(r) for r in rows], [quality(r) for r in rows]
-
-    def scaled(r):
-        x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-        return (speed(r) - min(xs)) / x_span, (quality(r) - min(ys)) / y_span
-
-    (x1, y1), (x2, y2) = scaled(fastest), scaled(accurate)
-
-    def distance(r):  # |cross product| / |line|: distance to the line fastest–accurate
-        x, y = scaled(r)
-        return abs((x2 - x1) * (y1 - y) - (x1 - x) * (y2 - y1)) / (
-            ((x2 - x1) ** 2 + (y2 - y1) ** 2) ** 0.5 or 1.0
-        )
-
-    return [max(rows, key=distance)]
-
-
-def routes(rows: list[dict], floors: tuple[float, ...] = FLOORS) -> list[dict]:
-    """For each load (batch size, and request rate where one was set) and accuracy floor, the
-    fastest row at that load meeting it (None when no row does): the routing table for serving
-    queries at different quality requirements and concurrencies."""
-    table = []
-    for key in sorted({row_load(r) for r in rows}, key=load_order):
-        for floor in floors:
-            ok = [r for r in rows if row_load(r) == key and r["metrics"].get("accuracy", -1.0) >= floor]
-            best = max(ok, key=lambda r: r["metrics"].get("throughput_tps", 0.0)) if ok else None
-            table.append(
-                {
-                    "batch_size": key[0],
-                    **({"request_rate": key[1]} if key[1] is not None else {}),
-                    "accuracy_floor": floor,
-                    "trial": best and best["trial"],
-                    "file": best and f"trial{best['trial']}.yaml",
-                    "throughput_tps": best and best["metrics"].get("throughput_tps"),
-                    "accuracy": best and best["metrics"].get("accuracy"),
-                }
-            )
-    return table
-
-
 def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, folder: str = "") -> list[str]:
     """What to deploy, one line per batch size (concurrency, under vLLM) and file: routes'
-    pick for each accuracy floor it meets, how to serve it, and why: its speed ratio against
-    its own controls (with its 95% interval where one was computed), accuracy and mean
-    acceptance length; a warning where its timing was flagged. Files are named under
-    `folder` (the export's, where one was written)."""
+    pick (ranked by the sweep's speed: choice.speed_metric) for each accuracy floor it meets,
+    how to serve it, and why: its speed ratio against the controls timed beside it (with its
+    95% interval where one was computed), its tokens/s, accuracy and mean acceptance length; a
+    warning where its timing was flagged. Files are named under `folder` (the export's, where
+    one was written)."""
     by_trial = {r["trial"]: r for r in rows}
     picks: dict[tuple, list[float]] = {}
-    for route in routes(rows, floors):
+    for route in routes(rows, speed_metric(spec.objectives, rows), floors):
         if route["trial"] is not None:
             picks.setdefault((row_load(route), route["trial"]), []).append(route["accuracy_floor"])
     lines = []
@@ -180,11 +122,13 @@ def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, f
         where = f"{'concurrency' if engine.served else 'batch size'} {size}" + (
             f" at {rate:g} requests/s" if rate is not None else "")
         floor = f"accuracy >= {met[0]:g}" if len(met) == 1 else f"accuracy >= {met[0]:g} to {met[-1]:g}"
-        why = [f"{m['throughput_tps']:.4g} tok/s"]
+        why = []
         if "throughput_ratio" in m:
             interval = (f" [{m['throughput_ratio_lo']:.2f}, {m['throughput_ratio_hi']:.2f}]"
                         if "throughput_ratio_lo" in m else "")
-            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed of {engine.controls}")
+            why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed of {engine.controls} "
+                       "timed beside it")
+        why.append(f"{m['throughput_tps']:.4g} tok/s")
         why.append(f"accuracy {m.get('accuracy', float('nan')):.3g}")
         if m.get("mean_accept_len"):
             why.append(f"accept length {m['mean_accept_len']:.2f}")
@@ -198,12 +142,18 @@ def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, f
                      "(export --floors sets them)"]
 
 
-def by_batch_size(rows: list[dict], how: str) -> dict[int, dict]:
-    """Batch size -> the row chosen at that batch size by `how` (`all` chooses the fastest,
-    since a serving engine takes one setting per batch size)."""
-    sizes = sorted({r.get("batch_size", 1) for r in rows})
+def holds(mapping: dict[int, dict], scheduled: bool, how: str, speed: str) -> str:
+    """by_batch_size.yaml's first line: what it holds, and which batch sizes vLLM cannot serve."""
+    served = [size for size, document in mapping.items() if VLLM.section in (document.get("serving") or {})]
+    unit = "concurrency" if all(engine_of(d["config"]).served for d in mapping.values()) else "batch size"
     rule = "fastest" if how == "all" else how
-    return {size: pick([r for r in rows if r.get("batch_size", 1) == size], rule)[0] for size in sizes}
+    text = f"per {unit}, the frontier configuration --pick {rule} chose there, ranked by {speed} and accuracy"
+    if len(served) == len(mapping):
+        return text + ("; vllm.speculative_config below: one vLLM server that drafts as each chose"
+                       if scheduled else "; each entry's serving.vllm is its vLLM setting")
+    others = ", ".join(str(size) for size in mapping if size not in served)
+    return text + (f"; at {unit} {others} no vLLM setting (specsweep only: specsweep decode --config "
+                   "trialN.yaml); the rest carry theirs under serving.vllm")
 
 
 def is_export(path: Path) -> bool:
@@ -331,8 +281,9 @@ def export_configs(
     kept = matching(study, rows, where)
     if how not in PICKS:
         raise ValueError(f"--pick: one of {', '.join(PICKS)}; got {how!r}")
+    speed = speed_metric(spec.objectives, kept)
     keys = sorted({row_load(r) for r in kept}, key=load_order)
-    chosen = [r for key in keys for r in pick([r for r in kept if row_load(r) == key], how)]
+    chosen = [r for key in keys for r in pick([r for r in kept if row_load(r) == key], how, speed)]
     if not chosen:
         return []
     timing = timing_report(study)
@@ -340,13 +291,14 @@ def export_configs(
     written = []
     for row in chosen:
         written += _write(out, _document(spec, study, row, pairs, timing))
-    table = routes(kept, floors)
+    table = routes(kept, speed, floors)
     write_yaml(out / "routes.yaml", {"sweep": spec.name, "routes": table})
     # one setting per batch size, for loads without a rate (a rate is the traffic, not a setting)
-    mapping = {size: _document(spec, study, row, pairs, timing)
-               for size, row in by_batch_size([r for r in kept if "request_rate" not in r], how).items()}
-    body = {"sweep": spec.name, "by_batch_size": mapping}
+    unrated = by_batch_size([r for r in kept if "request_rate" not in r], how, speed)
+    mapping = {size: _document(spec, study, row, pairs, timing) for size, row in unrated.items()}
     schedule = drafts_schedule({size: document.get("serving") for size, document in mapping.items()})
+    body = {"holds": holds(mapping, schedule is not None, how, speed), "sweep": spec.name,
+            "by_batch_size": mapping}
     if schedule is not None:  # one vLLM server that drafts as chosen at each batch size
         body[VLLM.section] = {"speculative_config": schedule}
     write_yaml(out / "by_batch_size.yaml", body)

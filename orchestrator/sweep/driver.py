@@ -180,6 +180,8 @@ class Driver:
                 if self.recorder.tracker is not None:
                     self.recorder.send_logs()
             finally:  # a store that failed the last send still frees Ray and the sweep's lock
+                if self.executor is not None:
+                    self.executor.close()
                 if ray.is_initialized():
                     ray.shutdown()
                 self.lock.release()

@@ -57,10 +57,14 @@ def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[lis
     probe's loads are supervised: a server lost under one is started again and the load served
     once more (vllm.supervised)."""
     from workloads.serving.load import records, warm
-    from workloads.serving.vllm import supervised
+    from workloads.serving.vllm import ServerLost, supervised
 
     began = time.perf_counter()
-    server, _ = engines.server(pair, config, prompts)
+    try:
+        server, _ = engines.server(pair, config, prompts)  # started and warmed
+    except ServerLost as lost:  # under its warm-up: the pool starts a lost server again
+        shown(f"{lost}; starting it again and retrying the load once")
+        server, _ = engines.server(pair, config, prompts)
 
     def meets(rate: float, repeat: int) -> bool:
         load = dataclasses.replace(config, request_rate=rate, seed=config.seed + repeat)

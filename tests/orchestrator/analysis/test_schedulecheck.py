@@ -1,8 +1,11 @@
 """A drafts schedule served by vLLM for real (`make vllm`) and measured at its switch."""
 
+import os
+
 from orchestrator.analysis.schedule import refusal_error
 from orchestrator.analysis.schedulecheck import check_schedule
 from tests.needs_vllm import needs_vllm
+from tests.workloads.serving.faults import KillOnce
 from workloads.models.pair import load_pair
 from workloads.models.pairspec import BUNDLED, refs
 from workloads.tasks import get_task
@@ -10,14 +13,19 @@ from workloads.tasks import get_task
 pytestmark = needs_vllm
 
 
-def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_speculation():
+def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_speculation(tmp_path, monkeypatch):
+    """One of its servers' engine core is killed once a load is in flight: the load is served
+    again on a restarted server, and the check ends as it would have."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # an engine core of its own to kill
     pair = load_pair("toy-dflash")
     prompts = [pair.tokenizer(e.prompt).input_ids for e in get_task("arith").examples(n=4)]
     checkpoints = refs(BUNDLED["toy-dflash"])
     schedule = {"method": "dflash", "model": checkpoints["drafter"], "num_speculative_tokens": 3,
                 "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 4, 0]]}
     said = []
-    written, found = check_schedule(checkpoints["verifier"], schedule, prompts, 8, 1, said.append)
+    fault = KillOnce(tmp_path, os.getpid())
+    written, found = check_schedule(checkpoints["verifier"], schedule, prompts, 8, 1, said.append, tmp_path)
+    assert fault.killed and len(list(tmp_path.glob("vllm-*/server.log"))) == 1  # the lost server's log, kept
     (switch,) = found["switches"]
     assert (switch["below"], switch["above"], switch["n_below"], switch["n_above"]) == (1, 2, 3, 0)
     assert [(s["concurrency"], s["other_n"]) for s in switch["sides"]] == [(1, 0), (2, 3)]

@@ -196,7 +196,8 @@ def _kill_head_once_a_trial_completes(pid: int, journal: Path, timeout: float = 
             program = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"_{pid}/".encode() in b" ".join(program) and (b"raylet" in program[0] or b"gcs_server" in program[0]):
+        head = b"raylet" in program[0] or b"gcs_server" in program[0]
+        if head and f"_{pid}/".encode() in b" ".join(program):
             os.kill(int(proc.name), signal.SIGKILL)
 
 

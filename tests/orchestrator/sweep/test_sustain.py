@@ -1,6 +1,9 @@
 """The sustained-rate search on a real vLLM server (`make vllm`), over a sweep's settings."""
 
 import json
+import os
+import subprocess
+import sys
 
 from mlflow.tracking import MlflowClient
 
@@ -9,6 +12,7 @@ from orchestrator.stored import logged_records
 from tests.needs_vllm import on_vllm
 from tests.orchestrator.bad_input import one_line_error
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
+from tests.workloads.serving.faults import KillOnce
 
 
 def test_bad_ranges_and_unknown_sweeps_are_refused_in_one_line(tmp_path):
@@ -41,10 +45,18 @@ def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_
     # TTFT counts from each request's arrival, its wait for a slot included
     assert len(records) == 4 and all(r["queue_s"] >= 0 and r["ttft_s"] >= r["queue_s"] for r in records)
 
-    result = runner.invoke(app, ["sustain", "rated", "--root", str(tmp_path), "--low", "1", "--high", "100",
-                                 "--steps", "1", "--repeats", "2"])
-    assert result.exit_code == 0, result.output
-    assert "sustained 100 requests/s" in result.output  # the highest rate, both its loads within the SLO
+    # as a process of its own, its server's engine core killed once a load is in flight: the
+    # probe is served again on a restarted server and the search ends as it would have
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    cli = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+    sustain = subprocess.Popen([*cli, "sustain", "rated", "--root", str(tmp_path), "--low", "1",
+                                "--high", "100", "--steps", "1", "--repeats", "2"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fault = KillOnce(tmp_path / ".specsweep" / "rated" / "logs", sustain.pid)
+    out, err = sustain.communicate(timeout=600)
+    assert fault.killed and sustain.returncode == 0, err[-3000:]
+    assert "starting it again" in err and "Traceback" not in err  # under a load, or found dead before one
+    assert "sustained 100 requests/s" in out  # the highest rate, both its loads within the SLO
     found = json.loads((tmp_path / ".specsweep/rated/sustained.json").read_text())
     assert [(f["sustained_rate"], f["probes"]) for f in found] == [(100.0, [[100.0, 2, 2]])]
     run = next(r for r in client.search_runs([experiment]) if r.data.tags.get("specsweep.sustain"))

@@ -15,6 +15,7 @@ import pytest
 
 from tests.needs_vllm import needs_vllm
 from tests.workloads.serving.engines import DFLASH
+from tests.workloads.serving.faults import KillOnce
 from workloads.models.pairspec import BUNDLED
 from workloads.serving import load
 from workloads.serving.config import EngineFailure
@@ -129,34 +130,15 @@ def test_a_taken_port_is_tried_again_and_what_answers_there_is_not_trusted(tmp_p
 
 
 def test_conform_survives_its_engine_core_killed_with_one_restart(tmp_path):
-    """`specsweep conform` with vLLM's engine core killed as its load starts: the check is served
-    again on a restarted server and passes; the lost server's log stays under .specsweep/logs."""
+    """`specsweep conform` with vLLM's engine core killed once its load is in flight: the check is
+    served again on a restarted server and passes; the lost server's log stays under .specsweep/logs."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     cli = "from orchestrator.cli import main; main()"
     conform = subprocess.Popen([sys.executable, "-c", cli, "conform", "--pair", "toy-dflash", "--limit", "8"],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    said, killed = [], []
-    for line in conform.stderr:
-        said.append(line)
-        if line.startswith("vLLM serving after") and not killed:  # its load starts now
-            killed = _engine_cores_of(conform.pid)
-            for pid in killed:
-                os.kill(pid, signal.SIGKILL)
-    out = conform.stdout.read()
-    conform.wait(timeout=60)
-    err = "".join(said)
-    assert killed and conform.returncode == 0, err[-3000:]
+    fault = KillOnce(tmp_path / ".specsweep" / "logs", conform.pid)
+    out, err = conform.communicate(timeout=600)
+    assert fault.killed and conform.returncode == 0, err[-3000:]
     assert "PASS" in out and "starting it again and retrying the load once" in err
     assert list((tmp_path / ".specsweep" / "logs").glob("vllm-*/server.log"))  # the lost server's
-
-
-def _engine_cores_of(parent: int) -> list[int]:
-    """The engine cores of the vLLM server `parent` started (its guard leads their group)."""
-    cores = []
-    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
-    for pid in map(int, found):
-        with open(f"/proc/{os.getpgid(pid)}/stat") as f:
-            if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:  # the guard's parent
-                cores.append(pid)
-    return cores
