@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import yaml
+
 from orchestrator.analysis.export import is_export
 from orchestrator.analysis.serving import SGLANG
 from orchestrator.engines import VLLM, engine_of
@@ -24,6 +26,7 @@ from workloads.models.pairspec import pair_kind, refs
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
 from workloads.serving.load import serve
+from workloads.serving.served import differences, option_args
 from workloads.serving.sglang_flags import check, settings
 from workloads.serving.vllm import EngineSettings, VllmServer, supervised
 
@@ -94,10 +97,13 @@ def first_records(records: list[dict], n: int, whole_loads: bool = False) -> lis
 
 
 @contextlib.contextmanager
-def _serving(pair: str | dict, speculative: dict, logs: Path | None) -> Iterator[VllmServer]:
-    """A vLLM server over `pair`'s verifier with an export's `speculative_config`, as written,
-    logging under `logs`."""
-    server = VllmServer(EngineSettings(refs(pair)["verifier"], json.dumps(speculative)), logs)
+def _serving(pair: str | dict, speculative: dict, logs: Path | None,
+             config_file: Path | None = None) -> Iterator[VllmServer]:
+    """A vLLM server over `pair`'s verifier with an export's `speculative_config`, as written
+    (started from its `vllm serve --config` file where one is given), logging under `logs`."""
+    settings = EngineSettings(refs(pair)["verifier"], json.dumps(speculative),
+                              config_file=None if config_file is None else str(config_file))
+    server = VllmServer(settings, logs)
     try:
         server.start()
         yield server
@@ -110,20 +116,28 @@ def prompt_ids(pair: str | dict, prompts: list[str]) -> list[list[int]]:
     return [tokenizer(p, verbose=False).input_ids for p in prompts]
 
 
-def verify(document: dict, records: list[dict], logs: Path | None = None) -> Conformance:
+def verify(document: dict, records: list[dict], logs: Path | None = None,
+           config_file: Path | None = None) -> tuple[Conformance, list[str] | None]:
     """Serve `records`' prompts (the trial's logged records, in index order) one at a time on a
-    vLLM server started with the export's setting (supervised); compare each with its record."""
+    vLLM server started with the export's setting (supervised), from its `vllm serve --config`
+    file where one is given; compare each with its record. Also each option of that file the
+    served engine did not take (served.differences; None without a file or where its log shows
+    no arguments)."""
     config = serving_config(document)
     ids = prompt_ids(document["pair"], [r["prompt"] for r in records])
-    with _serving(document["pair"], document["serving"][VLLM.section]["speculative_config"], logs) as server:
+    speculative = document["serving"][VLLM.section]["speculative_config"]
+    with _serving(document["pair"], speculative, logs, config_file) as server:
         theirs = supervised(server, lambda: served(server, ids, config))
         kernel_check = server.kernel_check()
+        taken = None
+        if config_file is not None and server.engine_args is not None:
+            taken = differences(option_args(yaml.safe_load(config_file.read_text())), server.engine_args)
     ours = [Decoded.of(r) for r in records]
     if per_load(document["config"]):
         (ours, labels), (theirs, _) = _by_load(ours, records), _by_load(theirs, records)
     else:
         labels = [f"prompt {r['index']}" for r in records]
-    return compare(ours, theirs, config, kernel_check, reference="measured", labels=labels)
+    return compare(ours, theirs, config, kernel_check, reference="measured", labels=labels), taken
 
 
 def verify_schedule(pair: str | dict, speculative: dict, prompts: list[str], logs: Path | None = None) -> str:
@@ -166,8 +180,10 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
         except ExportError as err:
             raise ExportError(f"export: {path}: {str(err).removeprefix('export: ')}") from None
         records = logged_records(client, document["provenance"]["mlflow_run_id"]) or []
+        options = path.with_name(path.stem + ".vllm.yaml")
         try:
-            result = verify(document, first_records(records, n, per_load(document["config"])), logs)
+            result, taken = verify(document, first_records(records, n, per_load(document["config"])), logs,
+                                   options if options.is_file() else None)
         except EngineFailure as err:
             document["serving"][VLLM.section]["verified"] = f"not verified: {err}"
             write_yaml(path, document)
@@ -175,10 +191,15 @@ def verify_exports(out: Path, written: list[Path], uri: str, n: int, say: Callab
             passed = False
             continue
         document["serving"][VLLM.section]["verified"] = result.summary()
+        if taken is not None:  # `vllm serve --config` of the file beside it: every option taken
+            document["serving"][VLLM.section]["verified"]["options_not_served"] = taken
         write_yaml(path, document)
         say(f"{path.name}: " + ("; ".join(line.strip() for line in result.lines()[:3])
                                 if result.passed else "\n  ".join(result.lines())))
-        passed &= result.passed
+        if taken is not None:
+            say(f"{options.name}: " + (f"FAIL: vllm serve --config did not serve {'; '.join(taken)}" if taken
+                                       else "vllm serve --config served every option as written"))
+        passed &= result.passed and not taken
     table = read_export(out / "by_batch_size.yaml")
     if VLLM.section in table:
         first = next(iter(table["by_batch_size"].values()))

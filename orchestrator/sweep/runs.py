@@ -43,15 +43,19 @@ def run_name(pair: str, config: dict, baseline: str | None = None, batch_size: i
     return " ".join(parts)
 
 
-def workaround(results) -> dict:
+def engine_tags(results) -> dict:
     """The tags naming what the plugin (`infra/vllm/plugin`) did on runs whose servers needed
-    it: the vLLM code it patched for a kernel defect of this machine's vLLM, and the V1 port
-    that drafted where this vLLM drafts only in its V2 runner (DSpark, DFlash 2 on CPU)."""
+    it (the vLLM code it patched for a kernel defect of this machine's vLLM, and the V1 port
+    that drafted where this vLLM drafts only in its V2 runner: DSpark, DFlash 2 on CPU), and the
+    non-default arguments the measured server logged (`specsweep.vllm_args`, JSON), which an
+    export's `vllm serve --config` file is held to."""
     reports = [out.get("engine_report") or {} for out in results]
     patched = sorted({p for report in reports for p in report.get("patched", [])})
     ported = sorted({report["drafter"] for report in reports if report.get("drafter")})
+    args = next((report["engine_args"] for report in reports if report.get("engine_args")), None)
     return ({"specsweep.vllm_workaround": "rms_norm per layer: " + ",".join(patched)} if patched else {}) \
-        | ({"specsweep.vllm_v1_port": ",".join(ported)} if ported else {})
+        | ({"specsweep.vllm_v1_port": ",".join(ported)} if ported else {}) \
+        | ({"specsweep.vllm_args": json.dumps(args, sort_keys=True)} if args else {})
 
 
 def trial_params(pair: str, kind: str, config: dict, task, batch_size: int = 1) -> dict:
@@ -77,7 +81,7 @@ def trial_log(spec, parent_run: str, pair_kind: str, job, metrics: dict, tags: d
         tags={"specsweep.sweep": spec.name, "mlflow.parentRunId": parent_run, "specsweep.role": "trial",
               "specsweep.pair": pair, "specsweep.exact": str(job.candidate.config.exact).lower(),
               "specsweep.gpu": ",".join(sorted({out.get("gpu", "") for out in results})),
-              **workaround(results),
+              **engine_tags(results),
               "specsweep.nodes": ",".join(sorted({out["node"] for out in results})), **tags},
         params=trial_params(pair, pair_kind, config, spec.task, job.candidate.batch_size),
         metrics=metrics, table=table, status=status,

@@ -122,7 +122,7 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
             record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
                           accepted=spent.accepted if own else 0, shared_counters=True)
     if control is None:
-        return records, [], started, server.report
+        return records, [], started, {**server.report, "engine_args": server.engine_args}
     plain, plain_started = engines.server(pair, control, prompts)
     started += plain_started
     at = time.time()
@@ -139,4 +139,4 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
         record["batch_wall_s"] = statistics.median(trial_walls)
     controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(control_walls),
                  "at": at, "repeats": repeats}]
-    return records, controls, started, server.report
+    return records, controls, started, {**server.report, "engine_args": server.engine_args}

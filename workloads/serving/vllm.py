@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.counters import Counters
+from workloads.serving.served import logged_args
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,7 @@ class EngineSettings:
     max_model_len: int | None = None
     workaround: bool = True  # the plugin's kernel workaround where the check finds the defect
     kv_cache_bytes: int | None = None  # a fixed KV cache (CPU_ENV's, written out for a deployment)
+    config_file: str | None = None  # started from this `vllm serve --config` file instead, as a user would
 
     def environment(self) -> dict[str, str]:
         return {"SPECSWEEP_VLLM_WORKAROUND": "on" if self.workaround else "off"}
@@ -112,9 +114,10 @@ class EngineSettings:
         export writes this, so a deployment starts as the measurement did. Eager and float32:
         the CPU build has no kernels for the alternatives. No prefix cache: a measurement serves
         the same prompts again (its warm-up, the next trial, a control on the same server),
-        which would then skip their prefill."""
+        which would then skip their prefill; written as `no-enable-prefix-caching: true`,
+        because `vllm serve --config` drops `enable-prefix-caching: false` (served.py)."""
         options: dict = {"model": self.model, "dtype": self.dtype, "enforce-eager": True,
-                         "enable-prefix-caching": False}
+                         "no-enable-prefix-caching": True}
         if self.speculative is not None:
             options["speculative-config"] = json.loads(self.speculative)
         if self.max_model_len is not None:
@@ -124,7 +127,10 @@ class EngineSettings:
         return options
 
     def arguments(self) -> list[str]:
-        """`options` on the command line, as vLLM's config-file reader turns them into one."""
+        """`options` on the command line, as vLLM's config-file reader turns them into one (or
+        that file itself, `config_file`)."""
+        if self.config_file is not None:
+            return ["--config", self.config_file]
         args: list[str] = []
         for key, value in self.options().items():
             if isinstance(value, bool):
@@ -181,6 +187,7 @@ class VllmServer:
         self.process: subprocess.Popen | None = None
         self.report: dict = {}
         self.identity: dict = {}  # what it said of itself when it started (`identify`)
+        self.engine_args: dict | None = None  # the non-default arguments it logged (served.logged_args)
         self.start_s = 0.0
         self.restarts = 0  # starts after a loss (`supervised`)
         # the load shapes (concurrency, request rate) it has served an untimed load at
@@ -247,6 +254,7 @@ class VllmServer:
                     raise EngineFailure(f"engine: port {self.port} answers, but not from the vLLM server "
                                        f"started here (log: {self.log})")
                 self.identity = self.identify()
+                self.engine_args = logged_args(self.log.read_text(errors="replace"))
                 report = self.dir / "report.json"
                 self.report = json.loads(report.read_text()) if report.is_file() else {}
                 return

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from orchestrator.sweep.runs import ACCEPTANCE, trial_log, workaround
+from orchestrator.sweep.runs import ACCEPTANCE, engine_tags, trial_log
 from orchestrator.sweep.shards import Job
 from orchestrator.sweep.space import Candidate
 from workloads.decoding import DecodeConfig
@@ -28,10 +28,13 @@ def test_a_run_without_drafts_logs_no_acceptance_by_position():
     assert entry.series == {} and entry.documents == {}
 
 
-def test_runs_drafted_by_the_plugins_v1_port_are_tagged_with_it():
-    results = [{"engine_report": {"patched": ["qwen3_dflash.DFlashQwen3Model"], "drafter": "DSparkProposer"}},
-               {"engine_report": {"patched": ["qwen3_dflash.DFlashQwen3Model"]}}, {}]
-    assert workaround(results) == {
+def test_runs_are_tagged_with_the_plugins_work_and_the_measured_servers_arguments():
+    args = {"model": "m", "enable_prefix_caching": False}
+    results = [{"engine_report": {"patched": ["qwen3_dflash.DFlashQwen3Model"], "drafter": "DSparkProposer",
+                                  "engine_args": args}},
+               {"engine_report": {"patched": ["qwen3_dflash.DFlashQwen3Model"], "engine_args": None}}, {}]
+    assert engine_tags(results) == {
         "specsweep.vllm_workaround": "rms_norm per layer: qwen3_dflash.DFlashQwen3Model",
-        "specsweep.vllm_v1_port": "DSparkProposer"}
-    assert workaround([{"engine_report": {"patched": []}}]) == {}
+        "specsweep.vllm_v1_port": "DSparkProposer",
+        "specsweep.vllm_args": '{"enable_prefix_caching": false, "model": "m"}'}
+    assert engine_tags([{"engine_report": {"patched": []}}]) == {}

@@ -25,6 +25,7 @@ from tests.workloads.serving.faults import KillOnce
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import BUNDLED
 from workloads.serving.counters import Counters
+from workloads.serving.served import logged_args, option_args
 from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, free_port, vllm_python
 
 pytestmark = needs_vllm
@@ -94,14 +95,23 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
     assert list(document)[0] == "serve" and document["serve"] == f"vllm serve --config {name}.vllm.yaml"
     options = yaml.safe_load((out / f"{name}.vllm.yaml").read_text())
     assert options["speculative-config"]["num_speculative_tokens"] == 3
-    measured = ("float32", True, False)  # the engine settings of the measurement
-    assert (options["dtype"], options["enforce-eager"], options["enable-prefix-caching"]) == measured
+    measured = ("float32", True, True)  # the engine settings of the measurement
+    assert (options["dtype"], options["enforce-eager"], options["no-enable-prefix-caching"]) == measured
     if not torch.cuda.is_available():  # measured with CPU_ENV's KV cache: the file says so
         assert options["kv-cache-memory-bytes"] == CPU_KV_CACHE_GIB << 30
+    assert f"{name}.vllm.yaml: vllm serve --config served every option as written" in shown
     record = logged_records(client, document["provenance"]["mlflow_run_id"])[0]
-    tokens, counters = serve_export(out / f"{name}.vllm.yaml", record, 16)
+    tokens, counters, served = serve_export(out / f"{name}.vllm.yaml", record, 16, tmp_path / "served.log")
     assert tokens == record["token_ids"]  # what the sweep measured, token for token
     assert counters.drafted > 0 and counters.iterations > 0  # and it speculated
+    # the served engine's settings against the sweep's own server's, for every option written
+    ran = json.loads(client.get_run(document["provenance"]["mlflow_run_id"]).data.tags["specsweep.vllm_args"])
+    print(f"\n{'setting':<24} {'measured server':<40} {'vllm serve --config':<40}")
+    for key, written in option_args(options).items():
+        # CPU_ENV sized the measured server's KV cache; the file writes the same size as an option
+        want = ran.get(key, written) if key == "kv_cache_memory_bytes" else ran[key]
+        print(f"{key:<24} {str(want)[:40]:<40} {str(served.get(key, '(default)'))[:40]:<40}")
+        assert served.get(key) == want == written, key
 
 
 def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
@@ -133,14 +143,16 @@ print(json.dumps(answer.choices[0].model_dump()["token_ids"]))
 """
 
 
-def serve_export(config: Path, record: dict, tokens: int) -> tuple[list[int], Counters]:
-    """`vllm serve --config` of an exported file, as a user runs it (on a free port): the tokens
-    the `openai` client gets for `record`'s prompt, and the spec-decode counters after it."""
+def serve_export(config: Path, record: dict, tokens: int, log: Path) -> tuple[list[int], Counters, dict]:
+    """`vllm serve --config` of an exported file, as a user runs it (on a free port, its output
+    to `log`): the tokens the `openai` client gets for `record`'s prompt, the spec-decode
+    counters after it, and the non-default arguments the served engine logged."""
     python = vllm_python()
     port = free_port()
     command = [str(python.parent / "vllm"), "serve", "--config", str(config), "--port", str(port)]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True, env={**os.environ, **QUIET_ENV})  # no CPU_ENV
+    with open(log, "w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                  start_new_session=True, env={**os.environ, **QUIET_ENV})  # no CPU_ENV
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
@@ -155,7 +167,7 @@ def serve_export(config: Path, record: dict, tokens: int) -> tuple[list[int], Co
                                 capture_output=True, text=True, check=True)
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
             counters = Counters.parse(response.read().decode())
-        return json.loads(answer.stdout), counters
+        return json.loads(answer.stdout), counters, logged_args(log.read_text())
     finally:
         os.killpg(server.pid, signal.SIGKILL)
 
