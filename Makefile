@@ -50,6 +50,7 @@ lint: $(STAMP)
 # The documentation site (docs/, mkdocs.yml) into .site/; strict: a broken link fails the build.
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
+	@echo "docs: open $(CURDIR)/.site/index.html in a browser (or $(VENV)/bin/mkdocs serve)"
 
 test: lint docs vllm
 	$(PY) -m pytest -q

@@ -347,3 +347,20 @@ def pareto_front(points: list[tuple[float, ...]], directions: tuple[str, ...]) -
         return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
 
     return [i for i, p in enumerate(scaled) if not any(dominates(q, p) for q in scaled)]
+
+
+def metric_text(name: str, value: float) -> str:
+    """A metric as printed, with its unit: a ratio `2.98x`; tokens/s `508.3 tok/s`; requests/s
+    `4.2 req/s`; seconds `0.123 s`; an acceptance length `5.1 tokens`; anything else (accuracy,
+    rates, fractions) 3 significant digits."""
+    if name.startswith("throughput_ratio"):
+        return f"{value:.3g}x"
+    if name.endswith("_tps"):
+        return f"{value:.4g} tok/s"
+    if name.startswith(("request_goodput", "request_throughput", "request_rate", "sustained_rate")):
+        return f"{value:.3g} req/s"
+    if name.endswith("_s"):
+        return f"{value:.3g} s"
+    if name.startswith("mean_accept_len"):
+        return f"{value:.3g} tokens"
+    return f"{value:.3g}"

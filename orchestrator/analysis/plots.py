@@ -17,6 +17,7 @@ from orchestrator.engines.specsweep import effort  # noqa: E402
 from workloads.decoding.config import SPECULATIVE  # noqa: E402
 
 LABELS = {
+    "throughput_ratio": "speed against the controls timed beside each trial (x)",
     "throughput_tps": "throughput (tokens / s)",
     "latency_s": "latency (s per prompt)",
     "accuracy": "accuracy (fraction correct)",
@@ -63,6 +64,8 @@ def frontier_figure(
                 zorder=2,
                 label=f"frontier {level}",
             )
+    if x == "throughput_ratio" and shown:  # every control is 1x by definition: one line, not a marker
+        ax.axvline(1.0, color="tab:red", lw=1, ls="--", zorder=1, label="controls (1x)")
     for (label, metrics), marker in zip(sorted(baselines.items()), ["*", "D", "P", "X", "s", "^"] * 4):
         if x in metrics and y in metrics:
             ax.scatter(
@@ -183,17 +186,20 @@ def sweep_plots(spec, study, out: Path) -> list[Path]:
     paths = []
     for size in sizes:  # one facet per batch size: speeds at different batch sizes do not compare
         facet = [t for t in trials if t["batch_size"] == size]
-        baselines = {f"{pair} {kind}": value for (pair, kind, b), value in stored_baselines(study).items()
-                     if b == size}
+        # timed once before the trials, not beside each: the machine's speed then, not the ratio's 1x
+        baselines = {f"{pair} {kind} (timed before the trials)": value
+                     for (pair, kind, b), value in stored_baselines(study).items() if b == size}
         at, suffix = (f" at batch size {size}", f"-b{size}") if sizes != [1] else ("", "")
-        for x in ("throughput_tps", "latency_s"):
+        ratio = ["throughput_ratio"] if any("throughput_ratio" in t["metrics"] for t in facet) else []
+        for x in (*ratio, "throughput_tps", "latency_s"):
             flat = set(spec.objectives) == {x, "accuracy"}
             name = LABELS[x].split(" (")[0]
             title = f"{spec.name}: {name} vs accuracy{at}" + (
                 "" if flat else f"\nfrontier on {', '.join(spec.objectives)}"
             )
             fig = frontier_figure(facet, front, baselines, x, title=title, connect=flat)
-            paths.append(save(fig, out / f"frontier-{x.split('_')[0]}{suffix}.png"))
+            named = "ratio" if x == "throughput_ratio" else x.split("_")[0]
+            paths.append(save(fig, out / f"frontier-{named}{suffix}.png"))
     directions = tuple(spec.objectives.values())
     points = [tuple(t.values) for t in complete]
     history = hypervolume_history(points, directions, default_reference(points, directions))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import optuna
 
 from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume, tied
+from orchestrator.analysis.metrics import metric_text
 from orchestrator.analysis.racing import STOPPED
 from orchestrator.analysis.timing import describe, flagged, timing_report
 from orchestrator.engines import listed
@@ -50,10 +51,10 @@ def frontier_rows(spec, study, run_ids: dict[int, str], batch_size: int | None =
     return rows
 
 
-def load_text(key: tuple[int, float | None]) -> str:
-    """` at batch size 4`, or ` at batch size 4, 2 requests/s` (under a serving engine the
-    batch size is the concurrency)."""
-    return f" at batch size {key[0]}" + (f", {key[1]:g} requests/s" if key[1] is not None else "")
+def load_text(key: tuple[int, float | None], unit: str = "batch size") -> str:
+    """` at batch size 4`, or ` at concurrency 4, 2 requests/s` (`unit`: a serving engine's
+    batch size is its concurrency)."""
+    return f" at {unit} {key[0]}" + (f", {key[1]:g} requests/s" if key[1] is not None else "")
 
 
 def hypervolume_against(spec, study, points, reference: str, key: tuple = (1, None)) -> tuple[float, str]:
@@ -66,7 +67,7 @@ def hypervolume_against(spec, study, points, reference: str, key: tuple = (1, No
         every = [tuple(t.values) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
                  if load(t) == key]
         ref = default_reference(every, directions)
-        return hypervolume(points, directions, ref), f"worst observed {ref}"
+        return hypervolume(points, directions, ref), f"the worst observed, {_point(spec, ref)}"
     if not reference.startswith("ar"):
         raise ValueError(f"--reference: worst, ar or ar:PAIR; got {reference!r}")
     pair = reference.partition(":")[2] or spec.pairs[0].name
@@ -76,7 +77,12 @@ def hypervolume_against(spec, study, points, reference: str, key: tuple = (1, No
             f"--reference: the ar baseline of pair {pair} lacks some of {', '.join(spec.objectives)}"
         )
     ref = tuple(ar[m] for m in spec.objectives)
-    return hypervolume(points, directions, ref), f"{pair} ar baseline {ref}"
+    return hypervolume(points, directions, ref), f"{pair}'s ar baseline, {_point(spec, ref)}"
+
+
+def _point(spec, values: tuple[float, ...]) -> str:
+    """A point in objective space with each objective's name and unit."""
+    return ", ".join(f"{name} {metric_text(name, v)}" for name, v in zip(spec.objectives, values))
 
 
 def sweep_cost(study) -> dict[str, float]:
@@ -158,6 +164,7 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     interrupted = sum(t.state == S.FAIL and bool(t.user_attrs.get("interrupted")) for t in trials)
     stopped = [t for t in trials if STOPPED in t.user_attrs]
     served = all(e.served for e in listed(spec.dimension_values()))
+    unit = "concurrency" if served else "batch size"
     untimed = spec.search.sampler == "multifidelity" and served  # the search's, not racing's
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} "
                  f"{'not timed' if untimed else 'stopped by racing'}, "
@@ -172,13 +179,16 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding, "
                  f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})")
     for (pair, kind, size), metrics in sorted(baselines(study).items()):
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k in ("accuracy", "throughput_tps"))
-        lines.append(f"{pair}:{kind}" + (f" at batch size {size}" if size > 1 else "") + f": {shown}")
+        shown = ", ".join(f"{k} {metric_text(k, v)}" for k, v in metrics.items()
+                          if k in ("accuracy", "throughput_tps"))
+        lines.append(f"{pair} {kind} baseline" + (f" at {unit} {size}" if size > 1 else "")
+                     + f" (timed once, before the trials; ratios are against controls timed beside each "
+                     f"trial): {shown}")
     front = frontier_trials(study, spec)
     keys = sorted({load(t) for t in front}, key=load_order)
     for key in keys:
         points = [tuple(t.values) for t in front if load(t) == key]
-        at = load_text(key) if keys != [(1, None)] else ""
+        at = load_text(key, unit) if keys != [(1, None)] else ""
         lines.append(f"frontier{at}: {len(points)} trials on {', '.join(spec.objectives)}")
         value, where = hypervolume_against(spec, study, points, reference, key)
         lines.append(f"hypervolume{at}: {value:.6g} (reference: {where})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import optuna
 
-from orchestrator.analysis.metrics import drift
+from orchestrator.analysis.metrics import OUTLIER, drift
 from orchestrator.engines import ENGINES, engine_of
 from orchestrator.stored import baseline, load, load_order
 
@@ -46,15 +46,23 @@ def flagged(report: dict) -> set[int]:
 
 
 def describe(report: dict) -> list[str]:
-    """One line per pair, for `specsweep status` and the end of a run."""
+    """One line per pair, for `specsweep status` and the end of a run: how the controls every
+    ratio is taken against moved, how the separately timed baseline relates to them (a trial's
+    tokens/s over the baseline's is its ratio times baseline_vs_controls), and which trials are
+    flagged and why."""
     lines = []
     for pair, d in report["drift"].items():
-        line = (f"{pair} {d['controls']} controls: {d['first_ms_per_token']:.3g} -> "
-                f"{d['last_ms_per_token']:.3g} ms/token (drift {d['drift']:.2f}x over {d['trials']} trials, "
-                f"spread {d['spread'][0]:.2f}-{d['spread'][1]:.2f}x of the median)")
+        line = (f"{pair} {d['controls']} controls (timed beside each trial; its ratio is against them): "
+                f"{d['first_ms_per_token']:.3g} ms/token at the first trial, {d['last_ms_per_token']:.3g} at "
+                f"the last ({d['drift']:.2f}x), spread {d['spread'][0]:.2f}-{d['spread'][1]:.2f}x of the "
+                f"median over {d['trials']} trials")
         if "baseline_vs_controls" in d:
-            line += f"; full ar baseline {d['baseline_vs_controls']:.2f}x the controls' time per token"
+            factor = d["baseline_vs_controls"]
+            line += (f"; the ar baseline, timed once before the trials, took {factor:.2f}x their median time "
+                     f"per token, so a trial's tok/s over the baseline's is its ratio x {factor:.2f}")
         if d["outliers"]:
-            line += f"; flagged trials {', '.join(map(str, d['outliers']))}"
+            line += (f"; flagged trials {', '.join(map(str, d['outliers']))}: their controls ran over "
+                     f"{OUTLIER:g}x off the median (the machine's speed moved under them; their ratios are "
+                     "less certain)")
         lines.append(line)
     return lines

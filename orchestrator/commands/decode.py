@@ -101,6 +101,10 @@ def read_config(path: Path) -> dict:
     document = read_document(path, "config") or {}
     if not isinstance(document, dict):
         raise ValueError(f"config: {path} must hold a mapping of settings")
+    if "config" not in document and "model" in document and ({"dtype", "speculative-config"} & set(document)):
+        beside = path.with_name(path.name.removesuffix(".vllm.yaml").removesuffix(".yaml") + ".yaml")
+        raise ValueError(f"config: {path} holds vLLM's options (for `vllm serve --config`); specsweep "
+                         f"decodes the export beside it: specsweep decode --config {beside}")
     return document
 
 

@@ -44,7 +44,11 @@ def _table(title: str, spec, rows: list[dict]):
     notes = {r["trial"]: ", ".join(n for n, on in (("lossy", not r["exact"]), ("tied", r.get("tied")),
                                                    ("timing flagged", r.get("timing_flagged"))) if on)
              for r in rows}
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    against = " or ".join(dict.fromkeys(engine_of(r["config"]).controls for r in rows))
+    caption = (f"ratio: the trial's speed over its controls' ({against}, timed beside it on the same prompts)"
+               if any("throughput_ratio" in r.get("metrics", {}) for r in rows) else None)
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  collapse_padding=True)
     rated = any("request_rate" in r for r in rows)
     columns = ["trial", "pair", *(["conc" if served else "batch"] if sized else []),
                *(["req/s"] if rated else []), "configuration",
@@ -61,7 +65,8 @@ def _table(title: str, spec, rows: list[dict]):
             *([str(r.get("batch_size", 1))] if sized else []),
             *([f"{r['request_rate']:g}" if "request_rate" in r else "-"] if rated else []),
             engine_of(r["config"]).label(r["config"]),
-            *(f"{r['objectives'][m]:.4g}" for m in spec.objectives),
+            *(f"{r['objectives'][m]:.2f}x" if m == "throughput_ratio" else f"{r['objectives'][m]:.4g}"
+              for m in spec.objectives),
             *(f"{r['metrics']['throughput_ratio']:.2f}x" if "throughput_ratio" in r["metrics"] else "-"
               for _ in ratio),
             *(f"{r['metrics'][f'mean_accept_len.{c}']:.2f}" if f"mean_accept_len.{c}" in r["metrics"] else "-"
@@ -118,9 +123,8 @@ def run(
         with bar:
             study = driver.run()
     except KeyboardInterrupt:
-        console.print(
-            f"interrupted: trials in flight marked failed; continue with specsweep run {spec_path} --resume"
-        )
+        console.print(f"interrupted: the trials in flight are marked interrupted (`specsweep status` counts "
+                      f"them); continue with specsweep run {spec_path} --resume")
         raise typer.Exit(130) from None
     _report(console, spec, driver, study, time.time() - start)
     if driver.recorder.unwritten:
@@ -135,8 +139,26 @@ def run(
 
 
 def _progress_bar(console, spec):
-    """The sweep's progress bar, and the callback the driver updates it through."""
+    """The sweep's progress bar, and the callback the driver updates it through; where the
+    output is not a terminal (a log file, CI), which a bar would reach only at the end, a line
+    each time a trial ends or the phase changes instead."""
+    import contextlib
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    if not console.is_terminal:
+        began, said = time.monotonic(), [None]
+
+        def line(p) -> None:
+            now = (p.finished, p.failed, p.stopped, p.note)
+            if now != said[0]:
+                said[0] = now
+                elapsed = int(time.monotonic() - began)
+                print(f"sweep {spec.name}: {p.finished}/{p.target} trials, failed {p.failed}, stopped "
+                      f"{p.stopped}, frontier {p.frontier}" + (f", {p.note}" if p.note else "")
+                      + f" ({elapsed // 60}:{elapsed % 60:02d})", file=sys.stderr, flush=True)
+
+        return contextlib.nullcontext(), line
 
     bar = Progress(
         TextColumn("[bold]{task.description}"),

@@ -56,6 +56,8 @@ SPECS = {
     "a misspelt nested key": ({"search": {**GOOD["search"], "samplr": "tpe"}},
                               "spec: search.samplr: Extra inputs are not permitted (did you mean "
                               "'sampler'?)"),
+    "a key in the wrong place": ({"slo": {"ttft_p99_s": 1.0}},
+                                 "spec: slo: Extra inputs are not permitted (it belongs at serving.slo)"),
     "a misspelt dimension": ({"space": {**GOOD["space"], "stpes": [1]}},
                              "spec: space.stpes: unknown dimension (did you mean 'steps'?); known: "),
     "a multi-fidelity search over both engines": (

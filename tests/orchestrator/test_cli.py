@@ -80,6 +80,16 @@ def test_decode_config_file_sets_and_flags_override(tmp_path):
     assert record["new_tokens"] == 2 and record["stop_reason"] == "length"
 
 
+def test_decode_of_a_vllm_options_file_points_at_the_export_beside_it(tmp_path):
+    options = tmp_path / "trial3.vllm.yaml"
+    options.write_text("model: /m/verifier\ndtype: float32\nenforce-eager: true\n")
+    result = run("decode", "--config", str(options), "--prompt", "1")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: config: {options} holds vLLM's options (for `vllm serve "
+                                     f"--config`); specsweep decodes the export beside it: specsweep decode "
+                                     f"--config {tmp_path / 'trial3.yaml'}")
+
+
 def test_decode_bad_value_names_the_field():
     result = run("decode", "--pair", "toy", "--prompt", "1", "--rule", "linear", "--leniency", "1.5")
     assert result.exit_code == 2

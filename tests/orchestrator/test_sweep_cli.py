@@ -45,7 +45,7 @@ def test_run_then_status_frontier_export_and_decode(tmp_path):
     again = runner.invoke(app, ["run", str(spec), "--root", str(tmp_path)])
     assert again.exit_code == 2 and "--resume" in again.output
     status = runner.invoke(app, ["status", "cli", "--root", str(tmp_path)])
-    assert "1 complete" in status.output and "toy:ar" in status.output
+    assert "1 complete" in status.output and "toy ar baseline" in status.output
     front = runner.invoke(app, ["frontier", "cli", "--root", str(tmp_path), "--json"])
     assert front.exit_code == 0 and '"run_id": "' in front.output
     out = tmp_path / "exported"
@@ -258,7 +258,8 @@ def test_sigterm_to_a_sweep_process_acts_as_ctrl_c(tmp_path):
     os.kill(proc.pid, signal.SIGTERM)
     out = proc.communicate(timeout=60)[0].decode(errors="replace")
     assert proc.returncode == 130, out[-2000:]
-    assert "interrupted: trials in flight marked failed; continue with specsweep run" in out
+    assert ("interrupted: the trials in flight are marked interrupted (`specsweep status` counts them); "
+            "continue with specsweep run") in out
     assert "\0" not in out and "Traceback" not in out and "*** " not in out
     client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
     parents = [r for r in client.search_runs([client.get_experiment_by_name("cli").experiment_id])

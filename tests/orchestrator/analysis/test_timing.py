@@ -96,7 +96,10 @@ def test_the_drift_report_shows_the_slowed_baseline(throttled):
     assert toy["trials"] == 2 and toy["baseline_vs_controls"] > 2
     assert 0.5 < toy["drift"] < 2 and toy["outliers"] == []
     line = describe(report)[0]
-    assert line.startswith("toy ar controls:") and "full ar baseline" in line
+    assert line.startswith("toy ar controls (timed beside each trial; its ratio is against them): ")
+    factor = f"{toy['baseline_vs_controls']:.2f}"
+    assert f"the ar baseline, timed once before the trials, took {factor}x their median time" in line
+    assert line.endswith(f"so a trial's tok/s over the baseline's is its ratio x {factor}")
     hardware = report["hardware"][0]
     assert {"cpu", "cpu_cores", "gpu", "gpus", "torch", "transformers", "threads"} <= set(hardware)
     assert (throttled.dir / "timing.json").is_file()

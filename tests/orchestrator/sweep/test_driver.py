@@ -69,6 +69,7 @@ def test_run_structure_in_mlflow(swept):
     assert "spec.yaml" in [a.path for a in client.list_artifacts(parent)]
     plots = {a.path for a in client.list_artifacts(parent, "plots")}
     assert {
+        "plots/frontier-ratio.png",  # against the controls timed beside each trial
         "plots/frontier-throughput.png",
         "plots/frontier-latency.png",
         "plots/hypervolume.png",

@@ -52,7 +52,7 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
         time.sleep(0.5)
     assert not _engines() - before  # the workers' servers left no engine process behind
     assert not list((tmp_path / ".specsweep" / "served" / "logs").glob("vllm-*"))  # nor a log folder
-    assert "dflash n=3" in result.output and "2/2 failed 0" in result.output
+    assert "dflash n=3" in result.output and "2/2 trials, failed 0" in result.output
     assert "x the speed of vLLM without speculation" in result.output.replace("\n", " ")  # per concurrency
     client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
     runs = {r.data.params.get("method"): r for r in client.search_runs(
