@@ -178,12 +178,15 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
              if stopped and not untimed else "")
     lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding, "
                  f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})")
-    for (pair, kind, size), metrics in sorted(baselines(study).items()):
-        shown = ", ".join(f"{k} {metric_text(k, v)}" for k, v in metrics.items()
-                          if k in ("accuracy", "throughput_tps"))
-        lines.append(f"{pair} {kind} baseline" + (f" at {unit} {size}" if size > 1 else "")
-                     + f" (timed once, before the trials; ratios are against controls timed beside each "
-                     f"trial): {shown}")
+    found = sorted(baselines(study).items())
+    if found:
+        lines.append("baselines (timed once, before the trials; a trial's ratio is against the controls "
+                     "timed beside it):")
+    for (pair, kind, size), metrics in found:
+        shown = [metric_text(k, metrics[k]) for k in ("throughput_tps",) if k in metrics]
+        shown += [f"accuracy {metrics['accuracy']:.3g}"] if "accuracy" in metrics else []
+        at = f" at {unit} {size}" if size > 1 else ""
+        lines.append(f"  {pair} {kind}{at}: {', '.join(shown)}")
     front = frontier_trials(study, spec)
     keys = sorted({load(t) for t in front}, key=load_order)
     for key in keys:

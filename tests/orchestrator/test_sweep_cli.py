@@ -45,7 +45,7 @@ def test_run_then_status_frontier_export_and_decode(tmp_path):
     again = runner.invoke(app, ["run", str(spec), "--root", str(tmp_path)])
     assert again.exit_code == 2 and "--resume" in again.output
     status = runner.invoke(app, ["status", "cli", "--root", str(tmp_path)])
-    assert "1 complete" in status.output and "toy ar baseline" in status.output
+    assert "1 complete" in status.output and "  toy ar: " in status.output
     front = runner.invoke(app, ["frontier", "cli", "--root", str(tmp_path), "--json"])
     assert front.exit_code == 0 and '"run_id": "' in front.output
     out = tmp_path / "exported"
