@@ -20,7 +20,7 @@ from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
 from orchestrator.sweep.race import in_order, law, same_law
-from orchestrator.sweep.search import ask_untried, constraint_kwargs, directions, make_sampler
+from orchestrator.sweep.search import ask_untried, directions, make_sampler
 from orchestrator.sweep.space import batch_sizes, candidate_of, grid, modelled, params_key
 from orchestrator.sweep.spec import SweepSpec, constraint_terms
 
@@ -167,7 +167,7 @@ def bench_sampler(spec: SweepSpec, strategy: str, seed: int) -> optuna.samplers.
         raise Unavailable("optunahub is not installed (pip install optunahub)") from None
     except Exception as err:  # noqa: BLE001 (a registry out of reach fails in many ways)
         raise Unavailable(f"optunahub could not load samplers/auto_sampler ({type(err).__name__})") from None
-    return module.AutoSampler(seed=seed, **constraint_kwargs(spec))
+    return module.AutoSampler(seed=seed)
 
 
 def in_race_order(spec: SweepSpec, records: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:

@@ -23,7 +23,7 @@ from orchestrator.analysis.racing import STOPPED
 from orchestrator.sweep.fidelity import MultiFidelity
 from orchestrator.sweep.outcome import constraint_values, engine_seconds, shard_records, trial_outcome
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
-from orchestrator.sweep.search import finished_trials
+from orchestrator.sweep.search import constrain, finished_trials
 from orchestrator.sweep.shards import MAX_LOST, Job
 from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.study import SweepError, study_storage
@@ -139,7 +139,7 @@ class Recorder:
         else:
             trial.set_user_attr("metrics", metrics)
             if self.spec.constraints:
-                trial.set_user_attr("constraints", constraint_values(metrics, self.spec.constraints))
+                constrain(trial, constraint_values(metrics, self.spec.constraints))
             if stopped:  # dominated (or infeasible) on the prompts so far: never on a frontier
                 tags.update({"specsweep.racing": "stopped", "specsweep.rung": str(len(records))})
                 trial.set_user_attr(STOPPED, len(records))

@@ -18,33 +18,29 @@ def directions(spec: SweepSpec) -> list[str]:
     return ["maximize" if d == "max" else "minimize" for d in spec.objectives.values()]
 
 
-def trial_constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
-    """A trial's constraint values as samplers read them (<= 0 is feasible)."""
-    return trial.user_attrs.get("constraints", [0.0])
-
-
-def constraint_kwargs(spec: SweepSpec) -> dict:
-    """What a sampler that supports constraints is given: `trial_constraints`, when the spec
-    has constraints."""
-    return {"constraints_func": trial_constraints} if spec.constraints else {}
+def constrain(trial: optuna.Trial, values: list[float]) -> None:
+    """Record a trial's constraint values (<= 0 is feasible): as Optuna's constraints, which
+    every sampler that supports them reads (`Trial.set_constraint`), and as the user
+    attribute `constraints` the frontier reads."""
+    for i, v in enumerate(values):
+        trial.set_constraint(f"constraint {i}", v)
+    trial.set_user_attr("constraints", values)
 
 
 def make_sampler(spec: SweepSpec, sampler: str | None = None, seed: int | None = None
                  ) -> optuna.samplers.BaseSampler:
     """The sampler named by `sampler` (default: the spec's), seeded by `seed` (default: the
     spec's); grid and random sweeps both get a random sampler, grid points being enqueued.
-    Samplers that support constraints read each trial's `constraints` attribute (<= 0 is
-    feasible)."""
+    Samplers that support constraints read those each trial was given (`constrain`)."""
     name = sampler or spec.search.sampler
     seed = spec.search.seed if seed is None else seed
-    kwargs = constraint_kwargs(spec)
     if name in ("grid", "random", "multifidelity"):
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **kwargs)
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, **kwargs)
-    return optuna.samplers.GPSampler(seed=seed, **kwargs)
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.GPSampler(seed=seed)
 
 
 def replacement(untried: list[dict], trial_number: int) -> dict:

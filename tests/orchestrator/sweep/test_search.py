@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.sweep.search import (
     ask_untried,
+    constrain,
     finished_trials,
     guided_start,
     make_sampler,
@@ -35,6 +36,20 @@ SPEC = {
 def test_the_spec_names_the_sampler(name, kind):
     spec = parse_spec({**SPEC, "search": {**SPEC["search"], "sampler": name}})
     assert type(make_sampler(spec)).__name__ == kind
+
+
+@pytest.mark.parametrize("name", ["tpe", "nsga2", "gp"])
+def test_constraints_reach_every_sampler_through_optuna_without_a_deprecated_argument(name, recwarn):
+    spec = parse_spec({**SPEC, "constraints": ["accuracy >= 0.5"],
+                       "search": {**SPEC["search"], "sampler": name}})
+    study = optuna.create_study(directions=["maximize", "maximize"], sampler=make_sampler(spec))
+    trial = study.ask()
+    constrain(trial, [0.25])
+    study.tell(trial, [1.0, 0.25])
+    (told,) = study.get_trials()
+    assert told.constraints == {"constraint 0": 0.25} and told.user_attrs["constraints"] == [0.25]
+    study.ask()  # the sampler reads it
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
 
 
 def test_the_replacement_of_a_duplicate_is_untried_and_reproducible():
