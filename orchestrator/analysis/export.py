@@ -22,7 +22,6 @@ from orchestrator.engines import VLLM, engine_of
 from orchestrator.files import write_yaml
 from orchestrator.stored import baseline, load_order, row_load
 from workloads.models.pairspec import refs
-from workloads.serving.config import ServingConfig
 from workloads.serving.sglang_flags import flags, settings
 from workloads.serving.vllm import CPU_KV_CACHE_GIB, EngineSettings
 
@@ -201,9 +200,11 @@ def serving_settings(kind, pair: str | dict, config: dict) -> dict | None:
     kind has one (analysis.serving.drafter_serving); SGLang's flags and its launch command where
     SGLang has the method. None where no engine serves the pair's drafter."""
     found = refs(pair)
-    if engine_of(config) is VLLM:
-        speculative = ServingConfig.from_dict(config).speculative_config(found.get("drafter"))
-        serving = {VLLM.section: {"speculative_config": speculative}}
+    engine = engine_of(config)
+    own = engine.own_setting(config, found.get("drafter"))
+    if own is not None:
+        speculative = own["speculative_config"]
+        serving = {engine.section: own}
         if speculative and kind.sglang_algorithm and speculative["method"] == kind.serving_method:
             # the same decoding in SGLang
             wanted = settings(kind.sglang_algorithm, found["drafter"], speculative["num_speculative_tokens"])

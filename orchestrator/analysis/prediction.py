@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import optuna
 
 from orchestrator.analysis.throughput import fit_line
-from orchestrator.engines import VLLM, engine_of
+from orchestrator.engines import engine_of
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def vllm_trials(study) -> list[dict]:
     out = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         config, metrics = t.user_attrs["config"], t.user_attrs.get("metrics", {})
-        if engine_of(config) is VLLM and metrics.get("throughput_ratio"):
+        if engine_of(config).served and metrics.get("throughput_ratio"):
             out.append({**{k: config[k] for k in ("method", "num_speculative_tokens", "concurrency")},
                         **{k: metrics[k] for k in ("throughput_tps", "throughput_ratio")},
                         "mean_accept_len": metrics.get("mean_accept_len", 0.0)})

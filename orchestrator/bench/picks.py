@@ -22,7 +22,7 @@ Setting = tuple[str, int]
 def sweep_picks(root: Path, sweep: str, by: str | None = None) -> tuple[str, dict[int, ServingConfig]]:
     """(its pair, concurrency -> the complete trial with the largest `by` there: the sweep's
     first objective unless named) of a vLLM sweep."""
-    from orchestrator.engines import VLLM, engine_of
+    from orchestrator.engines import engine_of
     from orchestrator.sweep.study import load_sweep
 
     spec, study = load_sweep(root, sweep)
@@ -31,7 +31,7 @@ def sweep_picks(root: Path, sweep: str, by: str | None = None) -> tuple[str, dic
     pairs = set()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         config = t.user_attrs["config"]
-        if engine_of(config) is not VLLM:
+        if not engine_of(config).served:
             continue
         pairs.add(t.user_attrs["pair"])
         score = t.user_attrs["metrics"][by]

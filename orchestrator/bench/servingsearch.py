@@ -54,7 +54,7 @@ class Point:
 
 def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]:
     """A finished vLLM grid sweep's trials by params key; ValueError where it is not one."""
-    from orchestrator.engines import VLLM, engine_of
+    from orchestrator.engines import engine_of
     from orchestrator.sweep.space import grid
     from orchestrator.sweep.study import load_sweep
 
@@ -68,7 +68,7 @@ def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]
     points = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         config, m = t.user_attrs["config"], t.user_attrs["metrics"]
-        if engine_of(config) is not VLLM:
+        if not engine_of(config).served:
             raise ValueError(f"--serving: trial {t.number} of {sweep} ran in specsweep's engine; "
                              "replay a vLLM sweep")
         points[params_key(t.params)] = Point(

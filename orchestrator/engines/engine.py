@@ -72,6 +72,13 @@ class Engine:
         """A config in a few words, as a table row reads it."""
         raise NotImplementedError
 
+    def own_setting(self, config: dict, drafter: str | None) -> dict | None:
+        """The setting this engine itself serves a stored `config` with (an export's
+        `serving[section]`; `drafter`: the pair's drafter checkpoint, where it has one), or None
+        where it serves none itself (specsweep's configs reach a serving engine through their
+        drafter's method: analysis.serving)."""
+        return None
+
     def drift_key(self, pair: str) -> str:
         """The name of a pair's drift report for this engine's controls (timing_report)."""
         return f"{pair}:{self.name}"

@@ -32,6 +32,9 @@ class VllmEngine(Engine):
     controls = "vLLM without speculation"
     section = "vllm"
 
+    def own_setting(self, config: dict, drafter: str | None) -> dict | None:
+        return {"speculative_config": ServingConfig.from_dict(config).speculative_config(drafter)}
+
     def prepare(self, dims: dict[str, list]) -> None:
         """vLLM set up (`make vllm`), and able to serve what the space lists: the CPU build
         refuses DSpark's adaptive verification at start, so it is refused here, before a start."""

@@ -40,12 +40,13 @@ class Range:
 
 def settings(spec) -> list[tuple[str, ServingConfig]]:
     """(pair, setting without a rate) of every served grid point, each once, in grid order."""
+    from orchestrator.engines import engine_of
     from orchestrator.sweep.space import choose_config, grid
 
     found: dict[tuple[str, ServingConfig], None] = {}
     for point in grid(spec):
         candidate = choose_config(spec, lambda name, values, p=point: p[name])
-        if isinstance(candidate.config, ServingConfig):
+        if engine_of(candidate.config).served:
             found[candidate.pair, dataclasses.replace(candidate.config, request_rate=None)] = None
     return list(found)
 

@@ -10,6 +10,8 @@ from workloads.serving.config import ServingConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = {"specsweep", "vllm", "sglang"}
+OBJECTS = {"SPECSWEEP", "VLLM"}  # the engines, compared by identity
+CLASSES = {"DecodeConfig", "ServingConfig", "SpecsweepEngine", "VllmEngine"}  # an engine's by type
 HOME = ROOT / "orchestrator" / "engines"
 SCANNED = (ROOT / "orchestrator", ROOT / "workloads" / "serving")
 
@@ -91,9 +93,11 @@ def test_only_vllm_writes_an_export_section():
 
 
 def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
-    """Comparisons in `path` against an engine's name: a literal name (alone or in a literal
-    list), or anything compared with a config's `engine` (`x.engine`, `x["engine"]`,
-    `x.get("engine")`). Export keys read by subscript (`serving["vllm"]`) compare nothing."""
+    """Branches in `path` on which engine something is: a comparison against an engine's name
+    (a literal name, alone or in a literal list, or anything compared with a config's `engine`:
+    `x.engine`, `x["engine"]`, `x.get("engine")`), an identity test against an engine object
+    (`is VLLM`) or an isinstance test against a config or engine class. Export keys read by
+    subscript (`serving["vllm"]`, `VLLM.section in serving`) compare nothing."""
 
     def names_engine(node: ast.AST) -> bool:
         if isinstance(node, ast.Constant):
@@ -109,9 +113,19 @@ def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
             return isinstance(first, ast.Constant) and first.value == "engine"
         return False
 
+    def is_engine(node: ast.AST) -> bool:  # an engine object by name: VLLM, engines.SPECSWEEP
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return name in OBJECTS
+
     def branches(node: ast.AST) -> bool:
         if isinstance(node, ast.Compare):
-            return any(map(names_engine, [node.left, *node.comparators]))
+            identity = any(isinstance(op, ast.Is | ast.IsNot) for op in node.ops) and any(
+                map(is_engine, [node.left, *node.comparators]))
+            return identity or any(map(names_engine, [node.left, *node.comparators]))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            kinds = node.args[1] if len(node.args) > 1 else None
+            kinds = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+            return any(isinstance(k, ast.Name) and k.id in CLASSES for k in kinds)
         return isinstance(node, ast.MatchValue) and names_engine(node.value)
 
     lines = sorted(node.lineno for node in ast.walk(ast.parse(path.read_text())) if branches(node))
@@ -121,9 +135,12 @@ def _name_branches(path: Path, root: Path = ROOT) -> list[str]:
 def test_the_scan_finds_name_branches_but_not_export_keys(tmp_path):
     source = tmp_path / "branches.py"
     source.write_text('a = config.engine == "vllm"\nb = "sglang" in serving\nc = c.get("engine") != x\n'
-                      'd = serving["vllm"]\ne = {"vllm": 1}\nf = engines == ["vllm"]\n')
+                      'd = serving["vllm"]\ne = {"vllm": 1}\nf = engines == ["vllm"]\n'
+                      'g = engine_of(c) is VLLM\nh = isinstance(c, (int, ServingConfig))\n'
+                      'i = VLLM.section in serving\nj = engines.SPECSWEEP is not e\n')
     assert _name_branches(source, tmp_path) == ["branches.py:1", "branches.py:2", "branches.py:3",
-                                                "branches.py:6"]
+                                                "branches.py:6", "branches.py:7", "branches.py:8",
+                                                "branches.py:10"]
 
 
 def test_no_code_outside_the_engines_home_branches_on_an_engine_name():
