@@ -15,6 +15,7 @@ flags then).
 from __future__ import annotations
 
 from orchestrator.engines import VLLM
+from orchestrator.engines.vllm import unserved
 from workloads.decoding.kinds import PairKind
 from workloads.models.pairspec import config_dict, is_dflash2_config
 from workloads.serving.sglang_flags import flags, settings
@@ -43,20 +44,13 @@ def cpu_port_note(speculative: dict | None) -> str | None:
 
 def specsweep_only(config: dict, drafter: str | None = None) -> list[str]:
     """The settings of `config` (on `drafter`, a path or hub id) no serving engine has, as
-    `name value` strings."""
+    `name value` strings: vLLM's rule (engines.vllm.unserved), and DFlash 2's candidates a
+    slot, which vLLM reads from the checkpoint."""
     out = []
     if config.get("draft_top_k") and is_dflash2(drafter):
         out.append(f"draft_top_k {config['draft_top_k']} (DFlash 2's candidates a slot: its checkpoint's "
                    "selector_top_k in vLLM)")
-    if config["schedule"] != "linear":
-        out.append(f"schedule {config['schedule']}")
-    if config.get("threshold") is not None:
-        out.append(f"threshold {config['threshold']}")
-    elif (config.get("steps") or 1) != 1:
-        out.append(f"steps {config['steps']}")
-    if config["rule"] != "lossless":
-        out.append(f"rule {config['rule']} (leniency {config['leniency']})")
-    return out
+    return out + unserved(config)
 
 
 def drafter_serving(kind: PairKind, drafter: str, config: dict) -> dict:

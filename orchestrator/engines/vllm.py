@@ -19,6 +19,19 @@ SPECSWEEP_ONLY = {"schedule": lambda v: v != "linear", "steps": lambda v: v != 1
                   "unmask": lambda v: v != "ltr", "verify_order": lambda v: v != "ltr"}
 
 
+
+def unserved(config: dict) -> list[str]:
+    """What of a stored specsweep `config` vLLM has no setting for (SPECSWEEP_ONLY, the one rule
+    for the space and for exports), as `name value`; a lenient rule with its leniency."""
+    out = []
+    for key, refused in SPECSWEEP_ONLY.items():
+        value = config.get(key)
+        if value is None or not refused(value) or (key == "leniency" and config.get("rule") != "lossless"):
+            continue  # unset, servable, or named with its rule
+        out.append(f"rule {value} (leniency {config.get('leniency')})" if key == "rule" else f"{key} {value}")
+    return out
+
+
 DSPARK_SETTINGS = ("dspark_draft_topk", "enable_adaptive_verification")
 DSPARK = {"method": "dspark", "num_speculative_tokens": 1}  # the smallest DSpark config
 
