@@ -37,27 +37,14 @@ def conform(
     where not. Exit code 1 when they differ."""
     from orchestrator.commands.decode import read_prompts
     from workloads.models.pair import load_pair
-    from workloads.models.pairspec import check_drafts, pair_kind, refs
-    from workloads.serving.config import ServingConfig, ServingError
-    from workloads.serving.conformance import check
+    from workloads.models.pairspec import refs
+    from workloads.serving.config import ServingConfig
+    from workloads.serving.conformance import check, reference_method
     from workloads.serving.vllm import EngineSettings, VllmServer, vllm_python
     from workloads.tasks import get_task
     from workloads.tasks.prompts import format_prompt
 
-    kind = pair_kind(pair)
-    if method not in (None, "ngram", kind.serving_method):
-        raise ServingError(f"--method: {method} has no reference on a {kind.name} pair; use ngram"
-                           + (f" or {kind.serving_method}" if kind.serving_method else ""))
-    method = method or kind.serving_method
-    if method is None:
-        raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
-                           "use a DFlash, DFlash 2, DSpark, EAGLE-3 or autoregressive-drafter pair "
-                           "(toy-dflash, toy-dflash2, toy-dspark, toy-eagle3, toy-draft) or --method ngram")
-    if method != "ngram":
-        try:
-            check_drafts(pair, pair, draft_tokens, dflash=True)
-        except ValueError as err:
-            raise ServingError(f"--draft-tokens: {err}") from None
+    method = reference_method(pair, method, draft_tokens)
     vllm_python()  # set up, before the pair loads
     config = ServingConfig(method=method, num_speculative_tokens=draft_tokens, max_new_tokens=max_new_tokens,
                            dspark_draft_topk=dspark_draft_topk)

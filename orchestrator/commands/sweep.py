@@ -321,78 +321,40 @@ def export(
                                        "(merge) a switch the schedule loses at."),
     root: Path = ROOT,
 ) -> None:
-    """Write one YAML per chosen frontier config (pair, batch size, config, metrics, exact,
-    provenance), chosen at each batch size; routes.yaml (the fastest config per batch size and
-    accuracy floor); by_batch_size.yaml (batch size -> the config chosen there; under `--pick
-    all`, the fastest; and vLLM's num_speculative_tokens-by-batch-size setting where the sizes
-    chose different n)
-    and the sweep's plots. With --check-schedule, that schedule measured around its switches
-    and refused switches merged (`vllm.schedule_check`). With --verify-vllm, exit code 1 when
-    vLLM decodes an export otherwise than measured; with --check-sglang, when SGLang's parser
-    reads its flags otherwise than meant."""
-    from orchestrator.analysis.export import (
-        check_out,
-        export_configs,
-        matching,
-        parse_floors,
-        parse_where,
-        recommendation,
-    )
+    """Write the chosen frontier configs (one YAML each, chosen per batch size), routes.yaml,
+    by_batch_size.yaml and the plots, print which to deploy, then run the checks asked for;
+    exit code 1 when vLLM or SGLang reads an export otherwise than meant."""
+    from orchestrator.analysis import export as exported
+    from orchestrator.analysis.checks import ExportChecks
     from orchestrator.analysis.summary import all_failed, frontier_rows
     from orchestrator.sweep.study import SweepError, load_sweep, state_dir
     from orchestrator.sweep.tracking import trial_run_ids
 
-    levels = parse_floors(floors)
+    levels = exported.parse_floors(floors)
     if where is not None:
-        parse_where(where)
-    if verify_vllm or check_schedule:
-        from workloads.serving.vllm import vllm_python
-
-        vllm_python()  # set up, before anything is written
-    if check_sglang:
-        from workloads.serving.sglang_flags import parser_path
-
-        parser_path()
+        exported.parse_where(where)
     predictor = None
     if predict_vllm is not None:
         from orchestrator.analysis.prediction import load_predictor
 
         predictor = load_predictor(load_sweep(root, predict_vllm)[1], predict_vllm, "--predict-vllm")
-    check_out(out, force)
+    checks = ExportChecks(verify_vllm, check_sglang, check_schedule, predictor)
+    checks.ready()  # before anything is written
+    exported.check_out(out, force)
     spec, study = load_sweep(root, name)
     rows = frontier_rows(spec, study, trial_run_ids(study))
     if not rows:
-        failed = all_failed(study)
         raise SweepError(f"sweep {name!r} has no frontier config to export: "
-                         + (failed or "no trial has finished") + f" (specsweep status {name})")
-    paths = export_configs(spec, study, rows, out, where, pick, levels)
-    for p in paths:
-        typer.echo(str(p))
+                         + (all_failed(study) or "no trial has finished") + f" (specsweep status {name})")
+    paths = exported.export_configs(spec, study, rows, out, where, pick, levels)
     if not paths:
         print(f"error: no frontier config matches --where {where!r}", file=sys.stderr)
         raise typer.Exit(1)
+    typer.echo("\n".join(map(str, paths)))
     typer.echo(f"which to deploy (as {out / 'routes.yaml'}: the fastest at each batch size or concurrency "
                "and accuracy floor):")
-    for line in recommendation(spec, matching(study, rows, where), levels, f"{out}/"):
+    for line in exported.recommendation(spec, exported.matching(study, rows, where), levels, f"{out}/"):
         typer.echo(f"  {line}")
-    if predictor is not None:
-        from orchestrator.analysis.prediction import predict_exports
-
-        predict_exports(paths, predictor, typer.echo)
-    passed = True
-    if check_sglang:
-        from orchestrator.analysis.verify import check_sglang_exports
-
-        passed &= check_sglang_exports(paths, typer.echo)
-    if check_schedule:
-        from orchestrator.analysis.schedulecheck import check_exported_schedule
-
-        check_exported_schedule(out, study.user_attrs["tracking_uri"], check_schedule, typer.echo,
-                                state_dir(root, name) / "logs")
-    if verify_vllm:
-        from orchestrator.analysis.verify import verify_exports
-
-        passed &= verify_exports(out, paths, study.user_attrs["tracking_uri"], verify_vllm, typer.echo,
-                                 state_dir(root, name) / "logs")
-    if not passed:
+    logs = state_dir(root, name) / "logs"
+    if not checks.run(out, paths, study.user_attrs.get("tracking_uri"), logs, typer.echo):
         raise typer.Exit(1)

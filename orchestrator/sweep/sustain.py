@@ -124,3 +124,56 @@ def load_results(directory: Path) -> list[dict]:
     """The sweep's sustained-rate results ([] before any search)."""
     path = directory / RESULTS
     return json.loads(path.read_text()) if path.is_file() else []
+
+
+def sustain_all(spec, study, directory: Path, artifacts: Path, found: list[tuple[str, ServingConfig]],
+                rates: Range, say: Callable[[str], None]) -> list[dict]:
+    """Search each setting of `found` in turn, one server at a time: each result printed, logged
+    as an MLflow run under the sweep's parent and saved to `sustained.json` in `directory` (a
+    setting cut short by a lost server is saved with its probes so far, then the failure
+    raised); MLflow runs a store that is down could not take are kept beside it."""
+    from orchestrator.analysis.sustain import Bracket
+    from orchestrator.engines import VLLM
+    from orchestrator.sweep.prompts import spec_prompts
+    from orchestrator.sweep.serving import Engines
+    from orchestrator.sweep.tracking import Tracker
+    from workloads.models.pair import load_tokenizer
+    from workloads.serving.config import EngineFailure
+
+    _, examples, prompts = spec_prompts(spec)
+    tracker = Tracker(study.user_attrs["tracking_uri"], spec.tracking.experiment or spec.name, artifacts,
+                      directory / "sustain-pending.jsonl")
+    engines = Engines({p.name: p.load_spec() for p in spec.pairs}, directory / "logs")
+    results: list[dict] = []
+    try:
+        for pair, config in found:
+            label = f"{pair} {VLLM.label(config.to_dict())} c={config.concurrency}" + (
+                f" b={config.burstiness:g}" if config.burstiness != 1 else "") + (
+                f" T={config.temperature:g}" if config.temperature else "")
+            say(label)
+            tokenizer = load_tokenizer(next(p.load_spec() for p in spec.pairs if p.name == pair))
+            ids = [tokenizer(prompts[pair][e.index], verbose=False).input_ids for e in examples]
+            start_ms, began = int(time.time() * 1000), time.perf_counter()
+            slo, bracket = spec.serving.slo, Bracket()
+            try:
+                seconds = sustain_setting(engines, pair, config, ids, slo, rates, say, bracket)
+            except EngineFailure as err:  # the probes so far are kept, marked cut short
+                results.append(result(pair, config, label, bracket, time.perf_counter() - began, rates, slo,
+                                      str(err)))
+                raise
+            results.append(result(pair, config, label, bracket, seconds, rates, slo))
+            say(f"  sustained {_rate(bracket.sustained)}, missed at {_rate(bracket.failed)} "
+                f"({len(bracket.probes)} rates, {seconds:.0f} s)")
+            tracker.log_trial(run_log(results[-1], study.user_attrs["parent_run"], start_ms))
+            engines.close()  # one server at a time: an idle one still takes cores from the next
+    finally:
+        engines.close()
+        if results:
+            say(f"results: {save(directory, results)}")
+        if not tracker.flush():
+            say(f"warning: {tracker.save_pending()} MLflow runs not sent (tracking server down)")
+    return results
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.3g} requests/s"

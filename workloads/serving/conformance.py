@@ -154,3 +154,26 @@ def check(pair, server: VllmServer, texts: list[str], config: ServingConfig) -> 
     ids = [pair.tokenizer(t, verbose=False).input_ids for t in texts]
     theirs = supervised(server, lambda: served(server, ids, config))
     return compare(reference(pair, texts, config), theirs, config, server.kernel_check())
+
+
+def reference_method(pair, method: str | None, draft_tokens: int) -> str:
+    """The vLLM method `conform` holds to specsweep's replay on `pair` (a name or spec): `method`,
+    or the pair's drafter's method by default; ServingError naming the option when the pair has
+    no reference for it or cannot draft `draft_tokens`."""
+    from workloads.models.pairspec import check_drafts, pair_kind
+
+    kind = pair_kind(pair)
+    if method not in (None, "ngram", kind.serving_method):
+        raise ServingError(f"--method: {method} has no reference on a {kind.name} pair; use ngram"
+                           + (f" or {kind.serving_method}" if kind.serving_method else ""))
+    method = method or kind.serving_method
+    if method is None:
+        raise ServingError(f"pair: {pair} is a {kind.name} pair, whose drafter vLLM does not serve; "
+                           "use a DFlash, DFlash 2, DSpark, EAGLE-3 or autoregressive-drafter pair "
+                           "(toy-dflash, toy-dflash2, toy-dspark, toy-eagle3, toy-draft) or --method ngram")
+    if method != "ngram":
+        try:
+            check_drafts(pair, pair, draft_tokens, dflash=True)
+        except ValueError as err:
+            raise ServingError(f"--draft-tokens: {err}") from None
+    return method
