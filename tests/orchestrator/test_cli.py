@@ -113,7 +113,7 @@ def test_every_command_is_at_most_60_lines():
     from pathlib import Path
 
     folder = Path(__file__).resolve().parents[2] / "orchestrator" / "commands"
-    nodes = [(path, node) for path in sorted(folder.glob("*.py")) for node in ast.parse(path.read_text()).body]
+    nodes = [(p, node) for p in sorted(folder.glob("*.py")) for node in ast.parse(p.read_text()).body]
     long = [f"{path.name}:{node.name} {node.end_lineno - node.lineno + 1}" for path, node in nodes
             if isinstance(node, ast.FunctionDef) and node.decorator_list
             and node.end_lineno - node.lineno + 1 > 60]
