@@ -161,6 +161,7 @@ class Driver:
             self.trials_s = time.perf_counter() - start
             # inside the interrupt guard, so a Ctrl-C here still leaves nothing RUNNING
             self.recorder.finish()
+            self.executor.close()  # idle workers stop their servers; on a failure Ray ends them
         except KeyboardInterrupt:
             self._interrupt("KILLED")
             raise
@@ -180,8 +181,6 @@ class Driver:
                 if self.recorder.tracker is not None:
                     self.recorder.send_logs()
             finally:  # a store that failed the last send still frees Ray and the sweep's lock
-                if self.executor is not None:
-                    self.executor.close()
                 if ray.is_initialized():
                     ray.shutdown()
                 self.lock.release()

@@ -43,7 +43,6 @@ class Executor:
                                 probe=lambda w: self.workers[w].info.remote())
         self.jobs: dict[str, Job] = {}  # in flight, by key
         self.checked = time.monotonic()  # when `step` last asked whether the Ray head lives
-        self.lost = False  # the Ray head is gone: nothing more is asked of the workers
 
     def ready(self) -> list[dict]:
         """Wait until every worker has loaded its pairs; returns what each runs on."""
@@ -80,7 +79,6 @@ class Executor:
         if time.monotonic() - self.checked > HEAD_CHECK_S:
             self.checked = time.monotonic()
             if why := raycluster.head_lost():
-                self.lost = True
                 raise raycluster.ClusterLost(f"cluster: the Ray node was lost mid-sweep ({why}); the trials "
                                              "that finished are recorded: rerun the sweep with --resume")
         self.queue.dispatch()
@@ -93,7 +91,7 @@ class Executor:
         return jobs
 
     def close(self, timeout: float = 60) -> None:
-        """Have every worker stop its serving engines (their clean log folders go with them)
-        before Ray ends the actors; a worker lost or slow to answer is left to Ray."""
-        if not self.lost:
-            ray.wait([w.close.remote() for w in self.workers], num_returns=len(self.workers), timeout=timeout)
+        """Have every worker, idle once the sweep has finished, stop its serving engines (their
+        clean log folders go with them) before Ray ends the actors; a worker slow to answer is
+        left to Ray."""
+        ray.wait([w.close.remote() for w in self.workers], num_returns=len(self.workers), timeout=timeout)
