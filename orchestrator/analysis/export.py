@@ -152,7 +152,7 @@ def holds(mapping: dict[int, dict], scheduled: bool, how: str, speed: str) -> st
                        if scheduled else "; each entry's serving.vllm is its vLLM setting")
     others = ", ".join(str(size) for size in mapping if size not in served)
     return text + (f"; at {unit} {others} no vLLM setting (specsweep only: specsweep decode --config "
-                   "trialN.yaml); the rest carry theirs under serving.vllm")
+                   "trialN.yaml)") + ("; the rest carry theirs under serving.vllm" if served else "")
 
 
 def is_export(path: Path) -> bool:

@@ -71,8 +71,13 @@ def test_speed_falls_back_to_the_ratio_then_tokens_per_second():
 def test_by_batch_size_says_first_what_it_holds():
     specsweep_only = {1: {"config": LENIENT["config"]}}
     line = holds(specsweep_only, False, "all", "throughput_ratio")
-    assert line.startswith("per batch size, the frontier configuration --pick fastest chose there, ranked by "
-                           "throughput_ratio and accuracy; at batch size 1 no vLLM setting (specsweep only")
+    assert line == ("per batch size, the frontier configuration --pick fastest chose there, ranked by "
+                    "throughput_ratio and accuracy; at batch size 1 no vLLM setting (specsweep only: "
+                    "specsweep decode --config trialN.yaml)")
+    served_at_4 = {4: {"config": LOSSLESS["config"], "serving": {"vllm": {}}}}
+    mixed = holds({**specsweep_only, **served_at_4}, False, "all", "throughput_ratio")
+    assert mixed.endswith("at batch size 1 no vLLM setting (specsweep only: specsweep decode --config "
+                          "trialN.yaml); the rest carry theirs under serving.vllm")
     served = {1: {"config": LOSSLESS["config"], "serving": {"vllm": {}}}}
     line = holds(served, False, "knee", "throughput_ratio")
     assert line.endswith("each entry's serving.vllm is its vLLM setting")
