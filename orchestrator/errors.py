@@ -48,6 +48,31 @@ def did_you_mean(word: str, known) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def misplaced(key: str, where: str, model) -> str:
+    """For a key a file of `model` (a pydantic model) may not hold at dotted path `where`: where
+    that key belongs when the model holds it elsewhere (` (it belongs at serving.slo)`), else
+    the closest key it holds (`did_you_mean`)."""
+    paths = field_paths(model)
+    elsewhere = [p for p in paths if p.rpartition(".")[2] == key and p != where]
+    if elsewhere:
+        return f" (it belongs at {' or '.join(sorted(elsewhere))})"
+    return did_you_mean(key, {p.rpartition(".")[2] for p in paths})
+
+
+def field_paths(model, prefix: str = "") -> set[str]:
+    """The dotted path of every key a pydantic `model` holds, at any depth (the models nested in
+    its fields)."""
+    from pydantic import BaseModel
+
+    paths = set()
+    for name, field in model.model_fields.items():
+        paths.add(prefix + name)
+        for kind in (field.annotation, *getattr(field.annotation, "__args__", ())):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                paths |= field_paths(kind, f"{prefix}{name}.")
+    return paths
+
+
 def count_text(n: float) -> str:
     """A count for a message: 1,000,001; 1e+20 past what a message should spell out."""
     return f"{n:,.0f}" if n < 1e15 else f"{n:.3g}" if math.isfinite(n) else "over 1e+308"

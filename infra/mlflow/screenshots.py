@@ -23,7 +23,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from orchestrator.sweep.runs import run_link, ui_link
-from workloads.serving.vllm import free_port
+from workloads.serving.ports import free_port
 
 
 def shoot(url: str, path: Path, browser: str) -> None:

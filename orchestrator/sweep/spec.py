@@ -18,7 +18,7 @@ from orchestrator.analysis.racing import unsummed
 from orchestrator.engines import DIMENSIONS as ENGINE_DIMENSIONS
 from orchestrator.engines import listed, space_error
 from orchestrator.engines.specsweep import LENIENCY, SAMPLING
-from orchestrator.errors import count_text, did_you_mean, shorten
+from orchestrator.errors import count_text, did_you_mean, misplaced, shorten
 from orchestrator.sweep.servingspec import ServingSpec, serving_metrics_error, serving_search_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
@@ -349,30 +349,8 @@ def _check_space(spec: SweepSpec) -> None:
 def _first(err: ValidationError) -> str:
     e = err.errors()[0]
     where = ".".join(str(p) for p in e["loc"])
-    hint = _misplaced(str(e["loc"][-1]), where) if e["type"] == "extra_forbidden" else ""
+    hint = misplaced(str(e["loc"][-1]), where, SweepSpec) if e["type"] == "extra_forbidden" else ""
     return (f"{where}: {e['msg'].removeprefix('Value error, ')}" if where else e["msg"]) + hint
-
-
-def _misplaced(key: str, where: str) -> str:
-    """For a key a spec may not hold at `where`: where that key belongs when a spec holds it
-    elsewhere (` (it belongs at serving.slo)`), else the closest key a spec holds."""
-    paths = _field_paths(SweepSpec)
-    elsewhere = [p for p in paths if p.rpartition(".")[2] == key and p != where]
-    if elsewhere:
-        return f" (it belongs at {' or '.join(sorted(elsewhere))})"
-    return did_you_mean(key, {p.rpartition(".")[2] for p in paths})
-
-
-def _field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
-    """The dotted path of every key a spec may hold, at any depth (the models nested in
-    `model`'s fields)."""
-    paths = set()
-    for name, field in model.model_fields.items():
-        paths.add(prefix + name)
-        for kind in (field.annotation, *getattr(field.annotation, "__args__", ())):
-            if isinstance(kind, type) and issubclass(kind, BaseModel):
-                paths |= _field_paths(kind, f"{prefix}{name}.")
-    return paths
 
 
 def parse_spec(data: Any, source: str = "spec") -> SweepSpec:

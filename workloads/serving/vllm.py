@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import TypeVar
 
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.counters import Counters
+from workloads.serving.ports import free_port, listening_pids
 from workloads.serving.served import logged_args
 
 log = logging.getLogger(__name__)
@@ -140,40 +140,12 @@ class EngineSettings:
         return args
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 PORT_TRIES = 3  # starts on fresh ports when another process took the port before vLLM bound it
 
 
 class ServerLost(EngineFailure):
     """The server died, closed its streams, or stopped answering under a load; it has been
     stopped (every process of its group), so nothing waits on it."""
-
-
-def listening_pids(port: int, group: int) -> set[int]:
-    """The processes of process group `group` that listen on loopback TCP `port` (Linux's
-    /proc: the listening sockets' inodes, then the group's file descriptors); None where /proc
-    cannot tell."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError), open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                    inodes.add(f"socket:[{fields[9]}]")
-    found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            with open(f"/proc/{pid}/stat") as f:  # pgrp is the 3rd field after the ")" of the name
-                if int(f.read().rsplit(")", 1)[1].split()[2]) != group:
-                    continue
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
-                found.add(int(pid))
-    return found
 
 
 class VllmServer:

@@ -25,8 +25,9 @@ from tests.workloads.serving.faults import KillOnce
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import BUNDLED
 from workloads.serving.counters import Counters
+from workloads.serving.ports import free_port
 from workloads.serving.served import logged_args, option_args
-from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, free_port, vllm_python
+from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, vllm_python
 
 pytestmark = needs_vllm
 

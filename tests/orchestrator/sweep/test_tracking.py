@@ -16,7 +16,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.sweep.tracking import Tracker, TrackingError, TrialLog, shown
-from workloads.serving.vllm import free_port
+from workloads.serving.ports import free_port
 
 pytestmark = pytest.mark.slow  # real sweeps against MLflow servers
 
