@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from orchestrator.analysis.choice import FLOORS, PICKS, by_batch_size, pick, routes, speed_metric
-from orchestrator.analysis.metrics import NUMBER
+from orchestrator.analysis.metrics import NUMBER, metric_text
 from orchestrator.analysis.serving import SGLANG, cpu_port_note, drafter_serving, drafts_schedule
 from orchestrator.analysis.timing import drift_key, timing_report
 from orchestrator.engines import VLLM, engine_of
@@ -127,7 +127,7 @@ def recommendation(spec, rows: list[dict], floors: tuple[float, ...] = FLOORS, f
                         if "throughput_ratio_lo" in m else "")
             why.append(f"{m['throughput_ratio']:.2f}x{interval} the speed of {engine.controls} "
                        "timed beside it")
-        why.append(f"{m['throughput_tps']:.4g} tok/s")
+        why.append(metric_text("throughput_tps", m["throughput_tps"]))
         why.append(f"accuracy {m.get('accuracy', float('nan')):.3g}")
         if m.get("mean_accept_len"):
             why.append(f"accept length {m['mean_accept_len']:.2f}")

@@ -183,8 +183,9 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
         lines.append("baselines (timed once, before the trials; a trial's ratio is against the controls "
                      "timed beside it):")
     for (pair, kind, size), metrics in found:
-        shown = [metric_text(k, metrics[k]) for k in ("throughput_tps",) if k in metrics]
-        shown += [f"accuracy {metrics['accuracy']:.3g}"] if "accuracy" in metrics else []
+        speed = metrics.get("throughput_tps")
+        shown = ([] if speed is None else [metric_text("throughput_tps", speed)]) + (
+            [f"accuracy {metrics['accuracy']:.3g}"] if "accuracy" in metrics else [])
         at = f" at {unit} {size}" if size > 1 else ""
         lines.append(f"  {pair} {kind}{at}: {', '.join(shown)}")
     front = frontier_trials(study, spec)
