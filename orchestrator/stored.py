@@ -47,6 +47,8 @@ def check_store(uri: str) -> None:
 
 
 
+STOPPED = "racing_stopped"  # trial attribute: the prompts a trial racing stopped was measured on
+
 BASELINE = "baseline:"  # study attribute prefix: baseline:<pair>:<kind> -> that baseline's metrics
 
 

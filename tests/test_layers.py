@@ -10,9 +10,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # package -> packages it must never import
 NEVER = {
-    "orchestrator/engines": ("orchestrator.analysis", "orchestrator.sweep", "orchestrator.bench",
-                             "orchestrator.commands"),
-    "orchestrator/analysis": ("orchestrator.sweep", "orchestrator.bench", "orchestrator.commands"),
+    "orchestrator/engines": ("orchestrator.analysis", "orchestrator.spec", "orchestrator.search",
+                             "orchestrator.sweep", "orchestrator.bench", "orchestrator.commands"),
+    "orchestrator/analysis": ("orchestrator.spec", "orchestrator.search", "orchestrator.sweep",
+                              "orchestrator.bench", "orchestrator.commands"),
+    "orchestrator/spec": ("orchestrator.search", "orchestrator.sweep", "orchestrator.bench",
+                          "orchestrator.commands"),
+    "orchestrator/search": ("orchestrator.sweep", "orchestrator.bench", "orchestrator.commands"),
     "orchestrator/sweep": ("orchestrator.bench", "orchestrator.commands"),
     "workloads": ("orchestrator", "threading"),  # a batch decodes as tensors, never a thread a row
     "workloads/decoding": ("workloads.models",),

@@ -364,3 +364,11 @@ def metric_text(name: str, value: float) -> str:
     if name.startswith("mean_accept_len"):
         return f"{value:.3g} tokens"
     return f"{value:.3g}"
+
+
+def unsummed(metrics) -> str | None:
+    """Why racing cannot compare on `metrics`: the first that is not a sum over prompts, or None."""
+    for metric in metrics:
+        if metric not in PROMPT_SUMS:
+            return f"objective {metric} is not a sum over prompts; race on one of {', '.join(PROMPT_SUMS)}"
+    return None

@@ -6,10 +6,9 @@ import optuna
 
 from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume, tied
 from orchestrator.analysis.metrics import metric_text
-from orchestrator.analysis.racing import STOPPED
 from orchestrator.analysis.timing import describe, flagged, timing_report
 from orchestrator.engines import listed
-from orchestrator.stored import baseline, baselines, load, load_order, row_load
+from orchestrator.stored import STOPPED, baseline, baselines, load, load_order, row_load
 from orchestrator.stored import batch_size as stored_batch_size
 
 SHORT = {"throughput_tps": "tok/s", "throughput_ratio": "ratio", "accuracy": "acc",  # table headers

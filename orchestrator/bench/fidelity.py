@@ -1,4 +1,4 @@
-"""The multi-fidelity search (`sweep.fidelity`) replayed on a measured grid: its profiles
+"""The multi-fidelity search (`search.fidelity`) replayed on a measured grid: its profiles
 decoded for real, here, in one process, since their engine-seconds are what it claims to
 save; its timings read from the grid's per-prompt records, timed at batch size 1 as it would
 time them."""
@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.analysis.racing import Racing
-from orchestrator.sweep.fidelity import MultiFidelity
-from orchestrator.sweep.race import law
-from orchestrator.sweep.space import candidate_of
-from orchestrator.sweep.spec import SweepSpec, constraint_terms
+from orchestrator.analysis.outcome import constraint_terms
+from orchestrator.search.fidelity import MultiFidelity
+from orchestrator.search.race import law
+from orchestrator.search.racing import Racing
+from orchestrator.spec.space import candidate_of
+from orchestrator.spec.sweep import SweepSpec
 
 
 class Profiler:

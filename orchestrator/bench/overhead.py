@@ -22,8 +22,8 @@ def orchestration_overhead(trials: int, prompts: int, max_slots: int) -> list[di
     """Per slot count: {slots, trials_per_min, outside_decoding}, where outside_decoding =
     1 − Σ decode wall / (slots × trial-phase wall), the share of worker-slot time not spent
     decoding."""
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.driver import Driver
-    from orchestrator.sweep.spec import parse_spec
 
     data = {
         "name": "bench",

@@ -1,5 +1,5 @@
 """The racing rule's error rate, by simulation: how often it stops a candidate that is in
-truth not dominated (analysis/racing.py promises ≤ α per comparison at every rung size).
+truth not dominated (search/racing.py promises ≤ α per comparison at every rung size).
 
 Two candidates get per-prompt records from one law, paired by prompt (a prompt's length and
 difficulty are shared; each candidate's wall time and answer are drawn on their own), so
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from orchestrator.analysis.racing import Racing, dominated, infeasible
+from orchestrator.search.racing import Racing, dominated, infeasible
 
 SHAPES = ("normal", "heavy")
 OBJECTIVES = {"throughput_tps": "max", "accuracy": "max"}

@@ -2,8 +2,8 @@
 strategy asks configurations of the same space (with the sampler and the duplicate rule a
 live sweep uses); the answer is the grid's measured objective values; hypervolume is read
 after fixed trial budgets (`compare_strategies`). `race_strategies` replays the grid's
-per-prompt records instead, with and without racing (analysis/racing.py), and the
-multi-fidelity search (sweep/fidelity.py), and counts cost in engine-seconds: the wall time
+per-prompt records instead, with and without racing (search/racing.py), and the
+multi-fidelity search (search/fidelity.py), and counts cost in engine-seconds: the wall time
 of every decode a strategy runs (for the grid's own, the batch-1 decodes it timed)."""
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import optuna
 
 from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.frontier import feasible as meets_constraints
-from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.racing import Racing, race_order, rungs, stop, unsummed, value
-from orchestrator.sweep.race import in_order, law, same_law
-from orchestrator.sweep.search import ask_untried, directions, make_sampler
-from orchestrator.sweep.space import batch_sizes, candidate_of, grid, modelled, params_key
-from orchestrator.sweep.spec import SweepSpec, constraint_terms
+from orchestrator.analysis.metrics import pareto_front, unsummed
+from orchestrator.analysis.outcome import constraint_terms
+from orchestrator.search.race import in_order, law, same_law
+from orchestrator.search.racing import Racing, race_order, rungs, stop, value
+from orchestrator.search.samplers import ask_untried, directions, make_sampler
+from orchestrator.spec.space import batch_sizes, candidate_of, grid, modelled, params_key
+from orchestrator.spec.sweep import SweepSpec
 
 STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
 SHARES = (0.1, 0.25, 0.5)  # of the grid's trial count, where `compare_strategies` reads hypervolume

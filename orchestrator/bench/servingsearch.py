@@ -1,7 +1,7 @@
 """Search strategies on a serving grid (a vLLM sweep over method, drafts and concurrency),
 replayed: each configuration's tokens/s, ratio and engine-seconds are the grid's, its
 acceptance is measured here for real (workloads/serving/acceptance.py) for the multi-fidelity
-search, which times only what analysis/servingsearch.py says can still win.
+search, which times only what search/servingsearch.py says can still win.
 
 Cost is engine-seconds as a worker spends them: the control server's start once, a
 speculative server's start whenever the setting served changes (the grid recorded each
@@ -21,10 +21,10 @@ import optuna
 
 from orchestrator.analysis.frontier import hypervolume
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.servingsearch import ERROR, TOLERANCE, ServingSearch, validate
-from orchestrator.sweep.search import ask_untried, directions, make_sampler
-from orchestrator.sweep.space import params_key
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.search.samplers import ask_untried, directions, make_sampler
+from orchestrator.search.servingsearch import ERROR, TOLERANCE, ServingSearch, validate
+from orchestrator.spec.space import params_key
+from orchestrator.spec.sweep import SweepSpec
 
 SAMPLERS = ("grid", "random", "tpe", "gp", "nsga2")
 BUDGETS = (0.25, 0.5)
@@ -55,7 +55,7 @@ class Point:
 def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]:
     """A finished vLLM grid sweep's trials by params key; ValueError where it is not one."""
     from orchestrator.engines import engine_of
-    from orchestrator.sweep.space import grid
+    from orchestrator.spec.space import grid
     from orchestrator.sweep.study import load_sweep
 
     spec, study = load_sweep(root, sweep)

@@ -186,8 +186,8 @@ def search_bench(
     and without racing, with the recall of the grid's frontier; with --serving, a vLLM grid's
     picks per concurrency at 25% and 50% of its engine-seconds, and the multi-fidelity
     search's."""
-    from orchestrator.analysis.racing import Racing
     from orchestrator.bench import search
+    from orchestrator.search.racing import Racing
 
     if serving:
         from orchestrator.bench.servingsearch import serving_strategies, serving_table

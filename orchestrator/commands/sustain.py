@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.analysis.sustain import MAX_REPEATS, MAX_STEPS
 from orchestrator.commands.sweep import ROOT
 from orchestrator.errors import user_errors
+from orchestrator.search.bisection import MAX_REPEATS, MAX_STEPS
 from workloads.serving.config import MIN_REQUEST_RATE, arrival_error
 
 
@@ -30,8 +30,8 @@ def sustain(
     REPEATS loads of the sweep's prompts arriving at that rate; print the highest rate whose
     loads all met the SLO and the lowest that missed it. Each setting is logged as an MLflow
     run under the sweep's parent run; `specsweep frontier SWEEP` shows the results."""
-    from orchestrator.analysis.sustain import overshoot_bound
     from orchestrator.engines import VLLM
+    from orchestrator.search.bisection import overshoot_bound
     from orchestrator.sweep.prompts import spec_prompts
     from orchestrator.sweep.study import load_sweep, state_dir
     from orchestrator.sweep.sustain import Range, settings, sustain_all

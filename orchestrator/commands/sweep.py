@@ -105,8 +105,8 @@ def run(
     from rich.console import Console
 
     from orchestrator.analysis.summary import all_failed
+    from orchestrator.spec.file import load_spec
     from orchestrator.sweep.driver import Driver, categories_note
-    from orchestrator.sweep.specfile import load_spec
 
     if resume and fresh:
         raise ValueError("--resume, --fresh: give one of them")
@@ -266,7 +266,7 @@ def frontier_cmd(
     from rich.console import Console
 
     from orchestrator.analysis.summary import frontier_rows
-    from orchestrator.sweep.space import batch_sizes
+    from orchestrator.spec.space import batch_sizes
     from orchestrator.sweep.study import load_sweep, state_dir
     from orchestrator.sweep.sustain import load_results
     from orchestrator.sweep.tracking import trial_run_ids

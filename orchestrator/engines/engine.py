@@ -48,7 +48,7 @@ class Engine:
 
     def choose(self, dims: dict[str, list], kind: PairKind, pick: Pick, choose: Choose) -> tuple[Config, int]:
         """(config, batch size) of a candidate on a pair of `kind`: the dimensions that apply
-        to this engine, in a fixed order (sweep.space.choose_config)."""
+        to this engine, in a fixed order (spec.space.choose_config)."""
         raise NotImplementedError
 
     def control(self, config: Config, ar: DecodeConfig | None) -> Config | None:

@@ -6,7 +6,7 @@ from orchestrator.engines.engine import Choose, Config, Engine, Pick
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
 
-# Settings chosen after the schedule, effort and rule (sweep.space).
+# Settings chosen after the schedule, effort and rule (spec.space).
 SAMPLING = (
     "unmask",
     "temperature",

@@ -32,19 +32,19 @@ import ray
 from optuna.trial import TrialState
 
 from orchestrator.analysis.categories import MAX_CATEGORIES, OTHER, category_names
+from orchestrator.analysis.outcome import engine_seconds, shard_records
 from orchestrator.engines import listed
+from orchestrator.search.fidelity import MultiFidelity
+from orchestrator.search.race import in_order
+from orchestrator.search.samplers import tried_keys
+from orchestrator.spec.sweep import SpecError, SweepSpec, check_runnable
 from orchestrator.stored import check_store
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
-from orchestrator.sweep.fidelity import MultiFidelity
-from orchestrator.sweep.outcome import engine_seconds, shard_records
 from orchestrator.sweep.plan import Planner, decoding_order
 from orchestrator.sweep.prompts import pair_prompts
-from orchestrator.sweep.race import in_order
 from orchestrator.sweep.record import BaselineFailed, Progress, Recorder
-from orchestrator.sweep.search import tried_keys
 from orchestrator.sweep.shards import Job
-from orchestrator.sweep.spec import SpecError, SweepSpec, check_runnable
 from orchestrator.sweep.study import (
     StateLock,
     SweepError,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import ray
 
+from orchestrator.spec.sweep import SweepSpec
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.shards import Job, ShardQueue
-from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.workers import Shard, start_workers
 from workloads.tasks import Example
 

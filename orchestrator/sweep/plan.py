@@ -4,7 +4,7 @@ races, whether it goes on to the next rung. The planner decides and records its 
 on the study; it runs nothing (`execute`) and scores nothing (`record`).
 
 Prompts are decoded in one order for the whole sweep: the task's, or under racing the
-race's (`analysis.racing.race_order`), since a rung is a prefix of that order and must sample
+race's (`search.racing.race_order`), since a rung is a prefix of that order and must sample
 the prompts uniformly. A trial's shards also carry the `ar` baseline's config, timed beside
 the trial so its speed ratio compares like with like.
 """
@@ -15,17 +15,20 @@ from functools import cached_property
 
 import optuna
 
-from orchestrator.analysis.racing import Racing, race_order
+from orchestrator.analysis.outcome import constraint_terms, shard_records
 from orchestrator.engines import engine_of
-from orchestrator.stored import baseline_key
-from orchestrator.sweep.fidelity import MultiFidelity, Request
-from orchestrator.sweep.outcome import shard_records
-from orchestrator.sweep.race import Race, Rung, in_order, law
-from orchestrator.sweep.record import Progress
-from orchestrator.sweep.search import ask_untried, finished_trials, guided_start, remaining_grid, tried_keys
-from orchestrator.sweep.servingfidelity import ServingFidelity
-from orchestrator.sweep.shards import Job, split
-from orchestrator.sweep.space import (
+from orchestrator.search.fidelity import MultiFidelity, Request
+from orchestrator.search.race import Race, Rung, in_order, law
+from orchestrator.search.racing import Racing, race_order
+from orchestrator.search.samplers import (
+    ask_untried,
+    finished_trials,
+    guided_start,
+    remaining_grid,
+    tried_keys,
+)
+from orchestrator.search.servingfidelity import ServingFidelity
+from orchestrator.spec.space import (
     Candidate,
     baseline_config,
     batch_sizes,
@@ -34,7 +37,10 @@ from orchestrator.sweep.space import (
     grid,
     params_key,
 )
-from orchestrator.sweep.spec import FidelitySpec, SweepSpec, constraint_terms
+from orchestrator.spec.sweep import FidelitySpec, SweepSpec
+from orchestrator.stored import baseline_key
+from orchestrator.sweep.record import Progress
+from orchestrator.sweep.shards import Job, split
 from orchestrator.sweep.workers import Shard
 from workloads.tasks import Example
 

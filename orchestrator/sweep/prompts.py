@@ -3,7 +3,7 @@ what MLflow logs beside each record."""
 
 from __future__ import annotations
 
-from orchestrator.sweep.spec import SpecError, SweepSpec
+from orchestrator.spec.sweep import SpecError, SweepSpec
 from workloads.decoding import DecodeConfig
 from workloads.decoding.engine import check_texts_fit
 from workloads.models.pair import load_tokenizer

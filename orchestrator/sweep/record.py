@@ -19,13 +19,13 @@ import optuna
 
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import UNTIMED, trial_metrics
-from orchestrator.analysis.racing import STOPPED
-from orchestrator.sweep.fidelity import MultiFidelity
-from orchestrator.sweep.outcome import constraint_values, engine_seconds, shard_records, trial_outcome
+from orchestrator.analysis.outcome import constraint_values, engine_seconds, shard_records, trial_outcome
+from orchestrator.search.fidelity import MultiFidelity
+from orchestrator.search.samplers import constrain, finished_trials
+from orchestrator.spec.sweep import SweepSpec
+from orchestrator.stored import STOPPED
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
-from orchestrator.sweep.search import constrain, finished_trials
 from orchestrator.sweep.shards import MAX_LOST, Job
-from orchestrator.sweep.spec import SweepSpec
 from orchestrator.sweep.study import SweepError, study_storage
 from orchestrator.sweep.tracking import Tracker, TrackingError
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.files import write_atomic
-from orchestrator.sweep.space import Candidate
+from orchestrator.spec.space import Candidate
 from orchestrator.sweep.workers import Shard
 
 MAX_ATTEMPTS = 2  # per shard, for errors raised by the decode itself

@@ -17,8 +17,8 @@ import yaml
 
 from orchestrator.errors import did_you_mean
 from orchestrator.files import write_atomic
-from orchestrator.sweep.search import directions, make_sampler, tried_keys
-from orchestrator.sweep.spec import SweepSpec, parse_spec
+from orchestrator.search.samplers import directions, make_sampler, tried_keys
+from orchestrator.spec.sweep import SweepSpec, parse_spec
 
 
 class SweepError(ValueError):
@@ -270,7 +270,7 @@ def requeue_interrupted(study: optuna.Study) -> None:
     flight or already waiting is enqueued once, whatever the sampler: a grid would reach it
     again, but TPE, random, NSGA-II or GP would never propose it again on their own. Its
     finished shards come from the cache."""
-    from orchestrator.sweep.space import params_key
+    from orchestrator.spec.space import params_key
 
     mark_interrupted(study)
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))

@@ -1,6 +1,6 @@
 """The sustained-rate search (`specsweep sustain SWEEP`): for each vLLM setting of a sweep's
 space, the highest request rate whose loads all meet the sweep's SLO (`serving.slo`), found by
-bisection along the rate (analysis/sustain.py states the rule and its error rates).
+bisection along the rate (search/bisection.py states the rule and its error rates).
 
 A setting is the space's method, num_speculative_tokens, concurrency (the bound on requests in
 flight), burstiness and sampling; its rate is what the search varies. Each load is the sweep's
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.analysis.metrics import serving_metrics
-from orchestrator.analysis.sustain import Bracket, overshoot_bound, search
 from orchestrator.files import write_atomic
+from orchestrator.search.bisection import Bracket, overshoot_bound, search
 from workloads.serving.config import ServingConfig
 
 RESULTS = "sustained.json"  # in the sweep's directory
@@ -41,7 +41,7 @@ class Range:
 def settings(spec) -> list[tuple[str, ServingConfig]]:
     """(pair, setting without a rate) of every served grid point, each once, in grid order."""
     from orchestrator.engines import engine_of
-    from orchestrator.sweep.space import choose_config, grid
+    from orchestrator.spec.space import choose_config, grid
 
     found: dict[tuple[str, ServingConfig], None] = {}
     for point in grid(spec):
@@ -132,8 +132,8 @@ def sustain_all(spec, study, directory: Path, artifacts: Path, found: list[tuple
     as an MLflow run under the sweep's parent and saved to `sustained.json` in `directory` (a
     setting cut short by a lost server is saved with its probes so far, then the failure
     raised); MLflow runs a store that is down could not take are kept beside it."""
-    from orchestrator.analysis.sustain import Bracket
     from orchestrator.engines import VLLM
+    from orchestrator.search.bisection import Bracket
     from orchestrator.sweep.prompts import spec_prompts
     from orchestrator.sweep.serving import Engines
     from orchestrator.sweep.tracking import Tracker

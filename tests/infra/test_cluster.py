@@ -18,8 +18,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from orchestrator.spec.sweep import parse_spec
 from orchestrator.sweep.driver import Driver
-from orchestrator.sweep.spec import parse_spec
 
 pytestmark = pytest.mark.slow  # a real two-node Ray cluster and MLflow servers
 

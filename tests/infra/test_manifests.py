@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.sweep.specfile import load_spec
+from orchestrator.spec.file import load_spec
 
 ROOT = Path(__file__).parents[2]
 INFRA = ROOT / "infra"

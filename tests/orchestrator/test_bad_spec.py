@@ -147,7 +147,8 @@ def test_bad_spec_values(tmp_path, case):
 
 
 def test_a_constraint_with_an_exponent_is_still_accepted(tmp_path):
-    from orchestrator.sweep.spec import constraint_terms, parse_spec
+    from orchestrator.analysis.outcome import constraint_terms
+    from orchestrator.spec.sweep import parse_spec
 
     spec = parse_spec({**GOOD, "constraints": ["accuracy >= 5e-1", "latency_s <= .25"]})
     assert constraint_terms(spec.constraints) == [("accuracy", ">=", 0.5), ("latency_s", "<=", 0.25)]

@@ -96,8 +96,8 @@ def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished):
 
 
 def test_a_sweep_in_use_is_refused_to_a_second_run_or_fresh(finished):
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.driver import Driver
-    from orchestrator.sweep.spec import parse_spec
 
     holder = Driver(parse_spec(GOOD), yaml.safe_dump(GOOD), finished)
     holder.lock.acquire()
@@ -180,7 +180,7 @@ def test_bench_search_names_a_trial_without_its_per_prompt_records(finished):
     ({"space": {**GOOD["space"], "batch_size": [1, 2]}}, "--racing: grid measured batch sizes 1, 2"),
 ])
 def test_bench_search_racing_refuses_a_grid_it_cannot_replay(tmp_path, change, starts):
-    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.study import open_state, open_study, state_dir
 
     data = {**GOOD, "name": "grid", **change}
@@ -192,7 +192,7 @@ def test_bench_search_racing_refuses_a_grid_it_cannot_replay(tmp_path, change, s
 
 
 def test_a_sweep_whose_start_failed_before_its_workers_is_not_state(tmp_path):
-    from orchestrator.sweep.specfile import load_spec
+    from orchestrator.spec.file import load_spec
     from orchestrator.sweep.study import open_state, open_study, state_dir
 
     path = tmp_path / "spec.yaml"
@@ -210,7 +210,7 @@ def test_a_sweep_whose_start_failed_before_its_workers_is_not_state(tmp_path):
 def test_exporting_a_sweep_with_no_finished_trial_says_so(tmp_path):
     import optuna
 
-    from orchestrator.sweep.specfile import load_spec
+    from orchestrator.spec.file import load_spec
     from orchestrator.sweep.study import open_state, open_study, state_dir
 
     path = tmp_path / "spec.yaml"

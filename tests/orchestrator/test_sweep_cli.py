@@ -100,7 +100,7 @@ def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_servi
 def recorded(root, complete: bool = True):
     """The state `run` leaves for sweep `cli` (its spec and study journal), recorded through
     Optuna without running anything: one complete trial, or none. Returns the journal."""
-    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.study import open_state, open_study, state_dir
     from workloads.decoding.config import DecodeConfig
 
@@ -142,7 +142,7 @@ def test_a_journal_line_that_is_no_record_is_named_with_the_journal(tmp_path):
 
 def test_status_counts_a_trial_whose_failure_was_cut_from_the_journal_as_running(tmp_path):
     """A session killed between marking its trial interrupted and recording it failed."""
-    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.study import open_study, state_dir
 
     journal = recorded(tmp_path, complete=False)
@@ -277,7 +277,7 @@ def test_the_frontier_table_reads_whole_at_80_columns(served):
     from rich.console import Console
 
     from orchestrator.commands.sweep import _table
-    from orchestrator.sweep.spec import parse_spec
+    from orchestrator.spec.sweep import parse_spec
     from workloads.decoding.config import DecodeConfig
 
     spec = parse_spec({**GOOD, "objectives": {"throughput_ratio": "max", "accuracy": "max",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from orchestrator.analysis.choice import by_batch_size, pick, routes, speed_metric
 from orchestrator.analysis.export import holds, recommendation
-from orchestrator.sweep.specfile import load_spec
+from orchestrator.spec.file import load_spec
 from workloads.decoding.config import DecodeConfig
 
 DEMO = load_spec(Path(__file__).parents[3] / "sweeps" / "demo.yaml")

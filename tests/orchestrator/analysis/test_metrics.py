@@ -32,7 +32,7 @@ def record(i, wall, tokens, correct=1.0, **kw):
 def test_per_prompt_sums_give_the_trial_metrics_at_batch_size_one():
     """Racing's per-prompt figures are the trial metrics': a record decoded as its own batch
     (batch_wall_s a little above its completion time) and one without batch columns."""
-    from orchestrator.analysis.racing import value
+    from orchestrator.search.racing import value
 
     rs = [record(0, 1.0, 10, batch=0, batch_wall_s=1.02, batch_nfe=12, nfe=12),
           record(1, 3.0, 30, 0.0, nfe=10), record(2, 0.5, 7, 0.5, batch=2, batch_wall_s=0.51, batch_nfe=7)]

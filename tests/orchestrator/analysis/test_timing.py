@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from orchestrator.analysis.timing import describe, timing_report
+from orchestrator.spec.sweep import parse_spec
 from orchestrator.sweep.driver import Driver
-from orchestrator.sweep.spec import parse_spec
 
 pytestmark = pytest.mark.slow  # real sweeps under a frozen worker
 

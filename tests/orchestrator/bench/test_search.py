@@ -1,6 +1,6 @@
 from orchestrator.bench.search import STRATEGIES, fractions, replay
-from orchestrator.sweep.space import grid
-from orchestrator.sweep.spec import parse_spec
+from orchestrator.spec.space import grid
+from orchestrator.spec.sweep import parse_spec
 
 SPEC = parse_spec(
     {

@@ -12,9 +12,9 @@ from mlflow.tracking import MlflowClient
 from orchestrator.analysis.export import export_configs
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.analysis.summary import frontier_rows
+from orchestrator.spec.sweep import parse_spec
 from orchestrator.stored import baseline
 from orchestrator.sweep.driver import Driver
-from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 from orchestrator.sweep.tracking import trial_run_ids
 

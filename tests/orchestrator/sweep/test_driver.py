@@ -15,9 +15,9 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import pareto_front
+from orchestrator.spec.sweep import parse_spec
 from orchestrator.sweep.driver import Driver
 from orchestrator.sweep.shards import DEPTH, MIN_SHARD
-from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import SweepError, load_sweep
 from orchestrator.sweep.tracking import shown
 

@@ -3,8 +3,8 @@
 import pytest
 
 from orchestrator.engines import engine_of
-from orchestrator.sweep.space import choose_config, grid
-from orchestrator.sweep.spec import SpecError, parse_spec
+from orchestrator.spec.space import choose_config, grid
+from orchestrator.spec.sweep import SpecError, parse_spec
 from workloads.serving.config import ServingConfig
 
 SERVED = {"engine": ["vllm"], "method": ["none", "ngram", "dflash"], "num_speculative_tokens": [3, 7],

@@ -27,7 +27,7 @@ INTERRUPTED = textwrap.dedent("""
     from pathlib import Path
     import ray
     from orchestrator.sweep import raycluster
-    from orchestrator.sweep.spec import ClusterSpec
+    from orchestrator.spec.sweep import ClusterSpec
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -2,9 +2,9 @@
 
 from types import SimpleNamespace
 
+from orchestrator.spec.space import Candidate
 from orchestrator.sweep.runs import ACCEPTANCE, engine_tags, trial_log
 from orchestrator.sweep.shards import Job
-from orchestrator.sweep.space import Candidate
 from workloads.decoding import DecodeConfig
 
 SPEC = SimpleNamespace(name="t", task=SimpleNamespace(name="arith", limit=2, seed=0))

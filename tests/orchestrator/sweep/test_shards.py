@@ -1,5 +1,6 @@
 """The shard queue's rules without Ray: fake workers whose calls succeed, raise, or die."""
 
+from orchestrator.spec.space import Candidate
 from orchestrator.sweep.shards import (
     DEPTH,
     MAX_ATTEMPTS,
@@ -10,7 +11,6 @@ from orchestrator.sweep.shards import (
     WorkerLost,
     split,
 )
-from orchestrator.sweep.space import Candidate
 from orchestrator.sweep.workers import Shard
 from workloads.decoding import DecodeConfig
 

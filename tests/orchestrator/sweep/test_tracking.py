@@ -144,8 +144,8 @@ def _rest(uri: str, path: str, body: dict | None = None, **query) -> dict:
 def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
     """The experiment opens as model development; runs are named for their configuration
     (baselines as such); the parent run holds the frontier table and the plots."""
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.driver import Driver
-    from orchestrator.sweep.spec import parse_spec
 
     _, uri = server
     data = {"name": "rest", "pairs": ["toy"], "task": {"name": "arith", "limit": 2},

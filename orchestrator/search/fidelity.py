@@ -3,15 +3,15 @@ reach the frontier timed.
 
 Work comes in steps (`MultiFidelity.step`: requests the caller runs, in any order, and
 `tell`s back before asking again), all on prefixes of the race order
-(`analysis.racing.race_order`), rung by rung (`analysis.racing.rungs`):
+(`search.racing.race_order`), rung by rung (`search.racing.rungs`):
 
 1. profile: every candidate still in the race decoded untimed, its new prompts in one batch,
-   up to the next rung: tokens, accuracy and the work of each prompt (`analysis.fidelity`);
+   up to the next rung: tokens, accuracy and the work of each prompt (`search.costmodel`);
 2. after the first rung, calibration: per pair, `calibration` configurations whose work per
    token spans the others' (`fidelity.spread`) timed at batch size 1 on the first
    `calibration_prompts` prompts; the pair's cost model is fitted on them, and refitted on
    every prompt timed later;
-3. before every step, the race: the racing rule (`analysis.racing.stop`, its error rate α
+3. before every step, the race: the racing rule (`search.racing.stop`, its error rate α
    per comparison) on each candidate's records with the times not measured yet predicted
    as fast as the model's error E allows, against rivals' predicted as slow as it allows
    (measured times stay as measured); a candidate it stops leaves, and so does one that is
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.analysis.fidelity import CostModel, fit, spread
-from orchestrator.analysis.racing import Racing, infeasible, rungs, stop, value
-from orchestrator.sweep.race import same_law
+from orchestrator.search.costmodel import CostModel, fit, spread
+from orchestrator.search.race import same_law
+from orchestrator.search.racing import Racing, infeasible, rungs, stop, value
 
 PHASES = ("profile", "calibration", "timing")
 
@@ -52,7 +52,7 @@ class Request:
 @dataclass
 class MultiFidelity:
     """The state of one multi-fidelity search over `pairs` (key -> its pair's name) and `laws`
-    (key -> `sweep.race.law`)."""
+    (key -> `search.race.law`)."""
 
     pairs: dict[tuple, str]
     laws: dict[tuple, tuple | None]

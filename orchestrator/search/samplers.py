@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import optuna
 
-from orchestrator.analysis.racing import STOPPED
-from orchestrator.sweep.space import Candidate, choose_config, modelled, params_key
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.spec.space import Candidate, choose_config, modelled, params_key
+from orchestrator.spec.sweep import SweepSpec
+from orchestrator.stored import STOPPED
 
 
 def directions(spec: SweepSpec) -> list[str]:

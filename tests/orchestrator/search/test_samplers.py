@@ -6,7 +6,7 @@ import json
 import optuna
 import pytest
 
-from orchestrator.sweep.search import (
+from orchestrator.search.samplers import (
     ask_untried,
     constrain,
     finished_trials,
@@ -16,8 +16,8 @@ from orchestrator.sweep.search import (
     replacement,
     tried_keys,
 )
-from orchestrator.sweep.space import choose_config, grid, params_key
-from orchestrator.sweep.spec import parse_spec
+from orchestrator.spec.space import choose_config, grid, params_key
+from orchestrator.spec.sweep import parse_spec
 
 SPEC = {
     "name": "t",

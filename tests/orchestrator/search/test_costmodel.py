@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.analysis.fidelity import FLOOR, CostModel, fit, per_token, spread, work
+from orchestrator.search.costmodel import FLOOR, CostModel, fit, per_token, spread, work
 
 THETA = (0.002, 0.0015, 0.00003, 0.0004)  # per prompt, forward pass, row, iteration
 

@@ -1,8 +1,8 @@
 import optuna
 import pytest
 
-from orchestrator.sweep.space import choose_config, grid
-from orchestrator.sweep.spec import SpecError, parse_spec
+from orchestrator.spec.space import choose_config, grid
+from orchestrator.spec.sweep import SpecError, parse_spec
 
 
 def spec(space, pairs=("toy",)):

@@ -1,9 +1,9 @@
 """The multi-fidelity search of a vLLM sweep: every configuration's acceptance measured
 without serving, in specsweep's engine; vLLM timed only where a configuration can still
-win (analysis/servingsearch.py decides).
+win (search/servingsearch.py decides).
 
 Its grid points differ only in `method`, `num_speculative_tokens` and `concurrency`
-(sweep.spec checks). Steps, as sweep.fidelity's (requests the caller runs and `tell`s back):
+(spec.sweep checks). Steps, as search.fidelity's (requests the caller runs and `tell`s back):
 1. profile: one untimed batch over every prompt per distinct `acceptance.profile_config`
    (a drafter setting's own configuration; greedy `ar` for none and ngram), its records
    turned into each configuration's (`acceptance.served_record`);
@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.analysis.racing import value
-from orchestrator.analysis.servingsearch import ServingSearch
-from orchestrator.sweep.fidelity import PHASES, Request
-from orchestrator.sweep.outcome import trial_outcome
-from orchestrator.sweep.servingspec import SPEED
+from orchestrator.analysis.outcome import trial_outcome
+from orchestrator.search.fidelity import PHASES, Request
+from orchestrator.search.racing import value
+from orchestrator.search.servingsearch import ServingSearch
+from orchestrator.spec.serving import SPEED
 from workloads.serving.acceptance import Acceptance, served_record
 from workloads.serving.config import ServingConfig
 

@@ -5,7 +5,8 @@ truth are stopped at about the stated rate α or less."""
 import numpy as np
 import pytest
 
-from orchestrator.analysis.racing import (
+from orchestrator.bench.racing import SHAPES, SIZES, error_table
+from orchestrator.search.racing import (
     Racing,
     better_p,
     binomial_tail,
@@ -15,7 +16,6 @@ from orchestrator.analysis.racing import (
     rungs,
     stop,
 )
-from orchestrator.bench.racing import SHAPES, SIZES, error_table
 
 OBJECTIVES = {"throughput_tps": "max", "accuracy": "max"}
 RACING = Racing(start=16, factor=2.0, alpha=0.01, resamples=500)

@@ -15,18 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.analysis.metrics import PROMPT_SUMS, prompt_column
-
-STOPPED = "racing_stopped"  # trial attribute: the prompts a trial racing stopped was measured on
-
-
-
-def unsummed(metrics) -> str | None:
-    """Why racing cannot compare on `metrics`: the first that is not a sum over prompts, or None."""
-    for metric in metrics:
-        if metric not in PROMPT_SUMS:
-            return f"objective {metric} is not a sum over prompts; race on one of {', '.join(PROMPT_SUMS)}"
-    return None
+from orchestrator.analysis.metrics import PROMPT_SUMS, prompt_column, unsummed
 
 
 @dataclass(frozen=True)

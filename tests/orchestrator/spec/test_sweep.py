@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.sweep.space import grid
-from orchestrator.sweep.spec import SpecError, parse_spec
-from orchestrator.sweep.specfile import load_spec
+from orchestrator.spec.file import load_spec
+from orchestrator.spec.space import grid
+from orchestrator.spec.sweep import SpecError, parse_spec
 
 BASE = {
     "name": "t",

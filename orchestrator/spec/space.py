@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from orchestrator.engines import ENGINES, SPECSWEEP
 from orchestrator.engines.engine import Choose
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.spec.sweep import SweepSpec
 from workloads.decoding.config import DecodeConfig
 from workloads.serving.config import ServingConfig
 

@@ -1,9 +1,9 @@
 """Racing in a live sweep: which prompts a trial decodes next, and whether it stops.
 
-A racing trial runs rung by rung (`analysis.racing.rungs`) on the first prompts of the
-race's order (`analysis.racing.race_order`, fixed by the sweep seed); each rung decodes only
+A racing trial runs rung by rung (`search.racing.rungs`) on the first prompts of the
+race's order (`search.racing.race_order`, fixed by the sweep seed); each rung decodes only
 its new prompts, as shards the cache keeps, so a trial resumed mid-race re-decodes nothing
-it finished. After a rung the rule of `analysis.racing.stop` compares the trial's records
+it finished. After a rung the rule of `search.racing.stop` compares the trial's records
 with every other trial measured at least as far (finished or stopped, this session or an
 earlier one: their per-prompt columns are kept on the study as the `racing` trial
 attribute), passing over accuracy for rivals that provably sample its law (`law`).
@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import optuna
 
 from orchestrator.analysis.metrics import PROMPT_SUMS
-from orchestrator.analysis.racing import Racing, rungs, stop
-from orchestrator.sweep.spec import SweepSpec, constraint_terms
+from orchestrator.analysis.outcome import constraint_terms
+from orchestrator.search.racing import Racing, rungs, stop
+from orchestrator.spec.sweep import SweepSpec
 from workloads.decoding import DecodeConfig
 from workloads.decoding.config import is_exact
 

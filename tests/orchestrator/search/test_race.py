@@ -9,9 +9,9 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.analysis.export import export_configs, is_export
 from orchestrator.analysis.summary import frontier_rows, status_lines
+from orchestrator.search.race import Race, Rung
+from orchestrator.spec.sweep import parse_spec
 from orchestrator.sweep.driver import Driver
-from orchestrator.sweep.race import Race, Rung
-from orchestrator.sweep.spec import parse_spec
 from orchestrator.sweep.study import load_sweep
 from orchestrator.sweep.tracking import trial_run_ids
 
@@ -107,7 +107,7 @@ def test_a_constraint_on_a_metric_that_is_not_a_sum_never_stops_a_race():
 def test_a_rival_of_the_same_law_stops_on_speed_alone_and_one_of_another_law_does_not():
     """Two lossless configurations of one pair answer alike by construction: the slower one
     stops. A lossy rival that merely agreed on these prompts does not stop it."""
-    from orchestrator.sweep.race import law
+    from orchestrator.search.race import law
     from workloads.decoding import DecodeConfig
 
     race = Race(parse_spec(SPEC), total=32)
@@ -123,7 +123,7 @@ def test_a_rival_of_the_same_law_stops_on_speed_alone_and_one_of_another_law_doe
 
 
 def test_a_race_runs_in_a_seeded_order_of_the_prompts():
-    from orchestrator.analysis.racing import race_order
+    from orchestrator.search.racing import race_order
 
     order = race_order(list(range(64)), seed=0)
     assert sorted(order) == list(range(64)) and order != list(range(64))
@@ -134,8 +134,8 @@ def test_rivals_compare_on_the_same_prompts_in_the_races_order():
     """A rival's first n records must be the prompts a candidate measured on n was: records
     kept sorted by prompt index would pair a candidate's first rung (a random sample of the
     prompts) with the rival's lowest indices."""
-    from orchestrator.analysis.racing import race_order
-    from orchestrator.sweep.race import in_order
+    from orchestrator.search.race import in_order
+    from orchestrator.search.racing import race_order
     from workloads.decoding import DecodeConfig
 
     order = race_order(list(range(32)), seed=0)

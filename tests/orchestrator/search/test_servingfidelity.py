@@ -1,7 +1,7 @@
 """The vLLM search's steps: one untimed batch per profile (shared by the configurations it
 stands for), then timings; a request that fails leaves the search for good, so it ends."""
 
-from orchestrator.sweep.servingfidelity import ServingFidelity
+from orchestrator.search.servingfidelity import ServingFidelity
 from workloads.serving.config import ServingConfig
 
 

@@ -4,8 +4,10 @@ its speed ratios against the pair's `ar` baseline, and its constraint values."""
 from __future__ import annotations
 
 import math
+import re
 
 from orchestrator.analysis.metrics import (
+    NUMBER,
     batches,
     control_speed,
     controlled_ratios,
@@ -13,7 +15,9 @@ from orchestrator.analysis.metrics import (
     served_ratios,
     trial_metrics,
 )
-from orchestrator.sweep.spec import constraint_terms
+
+# a constraint: `metric >= bound` or `metric <= bound`
+CONSTRAINT = re.compile(rf"^\s*([a-z][a-z0-9_]*)\s*(>=|<=)\s*({NUMBER})\s*$")
 
 
 def shard_records(results: list[dict]) -> list[dict]:
@@ -60,3 +64,8 @@ def constraint_values(metrics: dict, constraints: list[str]) -> list[float]:
     b − m, `m <= b` gives m − b; a metric the trial lacks is infeasible."""
     return [(bound - metrics.get(m, -math.inf)) if op == ">=" else (metrics.get(m, math.inf) - bound)
             for m, op, bound in constraint_terms(constraints)]
+
+
+def constraint_terms(constraints: list[str]) -> list[tuple[str, str, float]]:
+    """(metric, operator, bound) of each constraint string."""
+    return [(m.group(1), m.group(2), float(m.group(3))) for m in map(CONSTRAINT.match, constraints)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.documents import DocumentError, read_document
-from orchestrator.sweep.spec import SpecError, SweepSpec, parse_spec
+from orchestrator.spec.sweep import SpecError, SweepSpec, parse_spec
 
 
 def load_spec(path: str | Path) -> SweepSpec:

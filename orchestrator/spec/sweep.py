@@ -13,13 +13,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchestrator.analysis.metrics import FRACTIONS, NUMBER, SERVING_METRICS, TRIAL_METRICS, unmeetable
-from orchestrator.analysis.racing import unsummed
+from orchestrator.analysis.metrics import (
+    FRACTIONS,
+    SERVING_METRICS,
+    TRIAL_METRICS,
+    unmeetable,
+    unsummed,
+)
+from orchestrator.analysis.outcome import CONSTRAINT, constraint_terms
 from orchestrator.engines import DIMENSIONS as ENGINE_DIMENSIONS
 from orchestrator.engines import listed, space_error
 from orchestrator.engines.specsweep import LENIENCY, SAMPLING
 from orchestrator.errors import count_text, did_you_mean, misplaced, shorten
-from orchestrator.sweep.servingspec import ServingSpec, serving_metrics_error, serving_search_error
+from orchestrator.spec.serving import ServingSpec, serving_metrics_error, serving_search_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.models.pairspec import PairError, pair_kind
@@ -32,7 +38,6 @@ from workloads.tasks import TASKS
 DIMENSIONS = ("schedule", "block", "steps", "threshold", "rule", "leniency", "delta", *SAMPLING, "batch_size",
               *ENGINE_DIMENSIONS)
 METRICS = (*TRIAL_METRICS, *SERVING_METRICS)  # what objectives and constraints may name
-_CONSTRAINT = re.compile(rf"^\s*([a-z][a-z0-9_]*)\s*(>=|<=)\s*({NUMBER})\s*$")
 
 # What a spec may expand to, checked before anything is built; real sweeps stay far below
 # (the shipped ones: 17 values a dimension, 2,040 configurations at most); the file's own
@@ -115,7 +120,7 @@ class RangeSpec(_Strict):
 
 
 class RacingSpec(_Strict):
-    """Race candidates on growing prompt sets (orchestrator/analysis/racing.py)."""
+    """Race candidates on growing prompt sets (orchestrator/search/racing.py)."""
 
     start: int = Field(16, ge=1)  # prompts of the first rung
     factor: float = Field(2.0, gt=1.0, allow_inf_nan=False)  # growth of the prompt set per rung
@@ -124,7 +129,7 @@ class RacingSpec(_Strict):
 
 class FidelitySpec(_Strict):
     """The multi-fidelity search's settings: in specsweep's engine its calibration
-    (orchestrator/sweep/fidelity.py), on vLLM when to time (orchestrator/analysis/servingsearch.py)."""
+    (orchestrator/search/fidelity.py), on vLLM when to time (orchestrator/search/servingsearch.py)."""
 
     calibration: int = Field(5, ge=2)  # configurations per pair timed to fit its cost model
     calibration_prompts: int = Field(8, ge=2)  # prompts each of them is timed on
@@ -211,7 +216,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _constraints(cls, v: list[str]) -> list[str]:
         for c in v:
-            m = _CONSTRAINT.match(c)
+            m = CONSTRAINT.match(c)
             if not m or m.group(1) not in METRICS:
                 raise ValueError(
                     f"{c!r}: expected '<metric> >= <number>' or '<=' with a metric of "
@@ -240,10 +245,6 @@ class SweepSpec(_Strict):
     def pair_kinds(self) -> dict[str, PairKind]:
         """Pair name -> kind, checked once per spec (it reads each local model's files)."""
         return {p.name: pair_kind(p.load_spec()) for p in self.pairs}
-
-
-def constraint_terms(constraints: list[str]) -> list[tuple[str, str, float]]:
-    return [(m.group(1), m.group(2), float(m.group(3))) for m in map(_CONSTRAINT.match, constraints)]
 
 
 def _values(key: str, raw: Any) -> list:

@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.analysis.racing import Racing, value
-from orchestrator.sweep.fidelity import MultiFidelity
+from orchestrator.search.fidelity import MultiFidelity
+from orchestrator.search.racing import Racing, value
 
 THETA = (0.004, 0.002, 0.00002, 0.0005)
 OBJECTIVES = {"throughput_tps": "max", "accuracy": "max"}
@@ -142,8 +142,8 @@ def swept(tmp_path_factory):
     interrupted in its timing phase, resumed and interrupted again while it records its
     candidates, then resumed to its end: (root, shard files and their modification times at
     the first interrupt, the study's trials then)."""
+    from orchestrator.spec.sweep import parse_spec
     from orchestrator.sweep.driver import Driver
-    from orchestrator.sweep.spec import parse_spec
     from orchestrator.sweep.study import load_sweep
 
     root = tmp_path_factory.mktemp("fidelity")

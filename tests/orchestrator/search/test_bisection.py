@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from orchestrator.analysis.sustain import (
+from orchestrator.search.bisection import (
     MAX_REPEATS,
     MAX_STEPS,
     label_error,
@@ -79,7 +79,7 @@ def test_the_reported_rate_overshoots_r_q_within_the_bound(repeats, steps):
 
 def test_a_search_cut_short_keeps_its_probes_in_the_bracket_given():
     """`sustain` keeps what a setting's search found before its server was lost twice."""
-    from orchestrator.analysis.sustain import Bracket
+    from orchestrator.search.bisection import Bracket
 
     def meets(rate, i):
         if rate < 8:  # the second rate probed: the engine fails under it

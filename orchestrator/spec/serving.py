@@ -1,6 +1,6 @@
 """A spec's serving section (ServingSpec), and what a spec must hold for serving metrics and for
-the multi-fidelity search on vLLM (sweep/servingfidelity.py: it measures acceptance greedy, once
-per setting, and maximises one speed objective at each concurrency). Checked by sweep.spec,
+the multi-fidelity search on vLLM (search/servingfidelity.py: it measures acceptance greedy, once
+per setting, and maximises one speed objective at each concurrency). Checked by spec.sweep,
 which turns a message into its one-line error."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from orchestrator.analysis.servingsearch import ServingSearch, least_cost
+from orchestrator.search.servingsearch import ServingSearch, least_cost
 
 
 def test_nothing_timed_bounds_a_step_by_a_plain_one():
