@@ -10,24 +10,38 @@ import time
 from pathlib import Path
 
 
-def engine_cores_of(parent: int) -> list[int]:
-    """The engine cores of the vLLM servers process `parent` started (its guard leads their group)."""
+def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
+    """The engine cores of the vLLM servers process `parent` started (its guard leads their group);
+    with `folder`, only those of the server logging there (each server's processes carry its log
+    folder in their environment: SPECSWEEP_VLLM_REPORT names its report.json)."""
     cores = []
     found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
     for pid in map(int, found):
         try:
             with open(f"/proc/{os.getpgid(pid)}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:  # the guard's parent
-                    cores.append(pid)
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:  # the guard's parent
+                    continue
+            if folder is not None and _log_folder(pid) != os.path.realpath(folder):
+                continue
         except OSError:  # gone meanwhile
             continue
+        cores.append(pid)
     return cores
 
 
+def _log_folder(pid: int) -> str | None:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for entry in f.read().split(b"\0"):
+            if entry.startswith(b"SPECSWEEP_VLLM_REPORT="):
+                return os.path.realpath(os.path.dirname(entry.split(b"=", 1)[1].decode()))
+    return None
+
+
 class KillOnce(threading.Thread):
-    """SIGKILL the engine cores of the servers `parent` starts under `logs` once the first of
-    them logs a request (`POST /v1/`): requests are then in flight. `killed` holds their pids.
-    Log folders already there (an earlier command's) are not watched."""
+    """SIGKILL the engine core of the first server `parent` starts under `logs` to log a request
+    (`POST /v1/`), once it does: requests are then in flight on it. Another server it started
+    beside that one is left serving. `killed` holds the pids. Log folders already there (an
+    earlier command's) are not watched."""
 
     def __init__(self, logs: Path, parent: int, timeout: float = 900):
         super().__init__(daemon=True)
@@ -39,12 +53,12 @@ class KillOnce(threading.Thread):
     def run(self) -> None:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            for log in (folder / "server.log" for folder in set(self.logs.glob("vllm-*")) - self.before):
+            for folder in set(self.logs.glob("vllm-*")) - self.before:
                 try:
-                    serving = "POST /v1/" in log.read_text(errors="replace")
+                    serving = "POST /v1/" in (folder / "server.log").read_text(errors="replace")
                 except OSError:
                     continue
-                if serving and (cores := engine_cores_of(self.parent)):
+                if serving and (cores := engine_cores_of(self.parent, folder)):
                     for pid in cores:
                         os.kill(pid, signal.SIGKILL)
                     self.killed = cores
