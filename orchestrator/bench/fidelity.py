@@ -11,6 +11,7 @@ from orchestrator.analysis.outcome import constraint_terms
 from orchestrator.search.fidelity import MultiFidelity
 from orchestrator.search.race import law
 from orchestrator.search.racing import Racing
+from orchestrator.search.strategy import Measured, Request, run
 from orchestrator.spec.space import candidate_of
 from orchestrator.spec.sweep import SweepSpec
 
@@ -57,11 +58,12 @@ def search(spec: SweepSpec, records: dict[tuple, list[dict]], profiler: Profiler
         pairs[key], laws[key] = candidate.pair, law(candidate.pair, candidate.config)
     state = MultiFidelity(pairs, laws, len(profiler.order), racing, dict(spec.objectives),
                           constraint_terms(spec.constraints), seed=seed, **settings)
-    while requests := state.step():
-        for request in requests:
-            if request.timed:
-                rows = records[request.key][request.start:request.end]
-                state.tell(request, rows, sum(r["wall_s"] for r in rows))
-            else:
-                state.tell(request, *profiler(request.key, request.start, request.end))
+
+    def measure(request: Request) -> Measured:
+        if request.timed:
+            rows = records[request.key][request.start:request.end]
+            return Measured(rows, sum(r["wall_s"] for r in rows))
+        return Measured(*profiler(request.key, request.start, request.end))
+
+    run(state, measure)
     return state

@@ -29,24 +29,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.analysis.outcome import constraint_terms
 from orchestrator.search.costmodel import CostModel, fit, spread
-from orchestrator.search.race import same_law
+from orchestrator.search.race import law, same_law
 from orchestrator.search.racing import Racing, infeasible, rungs, stop, value
+from orchestrator.search.samplers import mark_interrupted, tried_keys
+from orchestrator.search.strategy import Decision, Measured, Request, Sweep
+from orchestrator.spec.space import candidate_of, grid, params_key
+from orchestrator.spec.sweep import FidelitySpec
 
 PHASES = ("profile", "calibration", "timing")
-
-
-@dataclass(frozen=True)
-class Request:
-    """Decode candidate `key` on the race order's prompts start..end-1: timed at batch size 1,
-    or untimed in one batch (a profile)."""
-
-    key: tuple
-    timed: bool
-    start: int
-    end: int
-    phase: str  # profile, calibration or timing: what its engine-seconds count as
-    config: object = None  # what a profile decodes instead of the candidate's own (a served one's proxy)
 
 
 @dataclass
@@ -72,6 +64,7 @@ class MultiFidelity:
     profile_s: dict[tuple, float] = field(default_factory=dict)  # key -> engine-seconds of its profiles
     calibrated: bool = False
     fitted: dict[str, CostModel | None] | None = None  # `models`, until the next `tell`
+    outcomes: Outcomes = field(default_factory=lambda: Outcomes())
 
     @property
     def alive(self) -> list[tuple]:
@@ -156,15 +149,25 @@ class MultiFidelity:
             chosen += spread(profiles, self.calibration, self.seed)
         return chosen
 
-    def tell(self, request: Request, records: list[dict], seconds: float, results: list[dict] = ()) -> None:
+    def tell(self, request: Request, measured: Measured) -> None:
         """The records of a request (prompts start..end-1, race order) and the engine-seconds
-        it took (its shards' raw `results` add nothing the records do not hold here)."""
+        it took; a request that failed takes its candidate out of the search."""
+        if self.outcomes.told(request, measured):
+            self.fail(request.key, measured.error)
+            return
         kept = self.timed if request.timed else self.profiles
-        kept[request.key] = kept.get(request.key, [])[:request.start] + records
+        kept[request.key] = kept.get(request.key, [])[:request.start] + measured.records
         self.fitted = None
-        self.spent[request.phase] += seconds
+        self.spent[request.phase] += measured.seconds
         if not request.timed:
-            self.profile_s[request.key] = self.profile_s.get(request.key, 0.0) + seconds
+            self.profile_s[request.key] = self.profile_s.get(request.key, 0.0) + measured.seconds
+
+    def ask(self, in_flight: int) -> list[Request]:
+        """`step`, once every request of the last one is told."""
+        return [] if in_flight else self.outcomes.over_if(self.step())
+
+    def decided(self) -> list[Decision]:
+        return self.outcomes.decisions(self, self.objectives)
 
     def frontier(self) -> list[tuple]:
         """The candidates left, once the search is over: all timed on every prompt."""
@@ -183,3 +186,70 @@ class MultiFidelity:
         if first.phase == "calibration":
             return f"calibrating the cost model: timing {len(step)} configurations on {first.end} prompts"
         return f"timing {len(step)} of {left} candidates left, to {max(r.end for r in step)} prompts"
+
+
+@dataclass
+class Outcomes:
+    """What a multi-fidelity search (this one or the vLLM one) hands over as decisions: each
+    candidate's timed shards' results and errors, kept as told; once the search is over,
+    every candidate an earlier session did not record (`recorded`), with how it was decided
+    (the `fidelity` trial attribute: prompts profiled and timed, predicted objectives, why it
+    stopped)."""
+
+    recorded: set = field(default_factory=set)
+    results: dict[tuple, list[dict]] = field(default_factory=dict)  # key -> its timed shards' results
+    errors: dict[tuple, str] = field(default_factory=dict)
+    over: bool = False
+
+    def told(self, request: Request, measured: Measured) -> bool:
+        """Keep a request's results (a timing's) or error; whether it failed."""
+        if measured.error is not None:
+            self.errors[request.key] = measured.error
+            return True
+        if request.timed:
+            self.results.setdefault(request.key, []).extend(measured.results)
+        return False
+
+    def over_if(self, step: list[Request]) -> list[Request]:
+        self.over = self.over or not step
+        return step
+
+    def decisions(self, search, objectives) -> list[Decision]:
+        """Every candidate of `search` not recorded yet, once the search is over (then never
+        again)."""
+        if not self.over:
+            return []
+        out = []
+        for key in sorted(k for k in search.pairs if k not in self.recorded):
+            predicted = {m: search.predicted(key, m) for m in objectives}
+            fidelity = {"profiled": len(search.profiles.get(key, [])),
+                        "timed": len(search.timed.get(key, [])),
+                        "predicted": predicted, "stopped": search.stopped.get(key),
+                        "predicted_before_timing": search.predicted_before.get(key),
+                        "profile_engine_s": search.profile_s.get(key, 0.0)}
+            out.append(Decision(key, None, self.results.get(key, []), self.errors.get(key),
+                                key in search.stopped, {"fidelity": fidelity},
+                                search.profiles.get(key, []), predicted, why=search.stopped.get(key)))
+            self.recorded.add(key)
+        return out
+
+
+def for_sweep(sweep: Sweep) -> MultiFidelity:
+    """The multi-fidelity search over a sweep's grid, with its racing and calibration; the
+    trials a killed session left running are marked interrupted (the search records every
+    candidate not recorded yet, those included)."""
+    spec = sweep.spec
+    mark_interrupted(sweep.study)
+    r, f = spec.search.race(), spec.search.fidelity or FidelitySpec()
+    pairs, laws = {}, {}
+    for params in grid(spec):
+        candidate = candidate_of(spec, params)
+        pairs[params_key(params)] = candidate.pair
+        laws[params_key(params)] = law(candidate.pair, candidate.config)
+    sweep.progress.target = len(pairs)
+    racing = Racing(start=r.start, factor=r.factor, alpha=r.alpha)
+    return MultiFidelity(pairs, laws, len(sweep.indices), racing,
+                         dict(spec.objectives), constraint_terms(spec.constraints),
+                         calibration=f.calibration, calibration_prompts=f.calibration_prompts,
+                         parallel=spec.search.parallel, seed=spec.search.seed,
+                         outcomes=Outcomes(tried_keys(sweep.study)))

@@ -1,15 +1,22 @@
-"""What to try next: the sampler a spec names, and the rule that keeps a sweep from
-measuring one configuration twice. The driver and the search benchmark's replay both use
-these, so a replayed strategy asks exactly what a live sweep would."""
+"""The strategy of Optuna's samplers (`Sampled`: grid, random, tpe, nsga2, gp), with or
+without racing, and the rules it keeps: the sampler a spec names, no configuration measured
+twice (a duplicate proposal is replaced by an untried point), interrupted configurations asked
+again on resume. `bench search` replays it through the same protocol
+(`strategy.run`), so a replay asks exactly what a live sweep would."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
+from functools import cached_property
 
 import optuna
 
-from orchestrator.spec.space import Candidate, choose_config, modelled, params_key
+from orchestrator.analysis.outcome import shard_records
+from orchestrator.search.race import Race, in_order, law
+from orchestrator.search.strategy import Decision, Measured, Request, Sweep
+from orchestrator.spec.space import Candidate, candidate_of, choose_config, grid, modelled, params_key
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.stored import STOPPED
 
@@ -103,3 +110,149 @@ def remaining_grid(study: optuna.Study, space: list[dict]) -> tuple[list[dict], 
                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))]
     tried = [t.params for t in finished_trials(study)] + waiting
     return [p for p in space if p not in tried], len(waiting)
+
+
+def mark_interrupted(study: optuna.Study) -> None:
+    """Trials left RUNNING by a killed session, marked failed-interrupted."""
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+
+def requeue_interrupted(study: optuna.Study) -> None:
+    """Ask interrupted configurations again.
+
+    Trials left RUNNING by a killed session are first marked failed-interrupted (a Ctrl-C
+    marks its own). Then every interrupted trial's configuration that is not finished, in
+    flight or already waiting is enqueued once, whatever the sampler: a grid would reach it
+    again, but TPE, random, NSGA-II or GP would never propose it again on their own. Its
+    finished shards come from the cache."""
+    mark_interrupted(study)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    asked = tried_keys(study) | {params_key(t.system_attrs.get("fixed_params", {})) for t in waiting}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        if t.user_attrs.get("interrupted") and params_key(t.params) not in asked:
+            study.enqueue_trial(t.params, skip_if_exists=False)
+            asked.add(params_key(t.params))
+
+
+def describe(trial: optuna.Trial, candidate: Candidate) -> None:
+    """What a trial runs, on the trial: its pair, config, batch size and exactness."""
+    trial.set_user_attr("pair", candidate.pair)
+    trial.set_user_attr("config", candidate.config.to_dict())
+    trial.set_user_attr("batch_size", candidate.batch_size)
+    trial.set_user_attr("exact", candidate.config.exact)
+
+
+def trial_on(study: optuna.Study, spec: SweepSpec, key: tuple) -> tuple[optuna.Trial, Candidate]:
+    """A new trial on the grid point `key` (a candidate a strategy decided without one)."""
+    study.enqueue_trial(dict(key))
+    trial = study.ask()
+    candidate = choose_config(spec, trial.suggest_categorical)  # the enqueued params, as the trial's
+    describe(trial, candidate)
+    return trial, candidate
+
+
+class Sampled:
+    """Trials asked of the spec's Optuna sampler (the grid's points enqueued in grid order), up
+    to `search.parallel` in flight and `progress.target` in all, never on a configuration
+    tried already; each over every prompt, or with `search.racing` rung by rung (race.py),
+    stopped once dominated or infeasible with confidence. Interrupted configurations of an
+    earlier session are asked again first (`requeue_interrupted`)."""
+
+    def __init__(self, sweep: Sweep):
+        self.spec, self.study, self.progress = sweep.spec, sweep.study, sweep.progress
+        self.indices = sweep.indices
+        requeue_interrupted(self.study)
+        self.race = Race(self.spec, len(self.indices)) if self.spec.search.racing else None
+        if self.race is not None:
+            self.race.load(self.study, self.indices)  # rivals finished or stopped by earlier sessions
+        self.started = False
+        self.planned: list[dict] | None = None  # grid: points not enqueued yet, in order
+        self.results: dict[int, list[dict]] = {}  # trial number -> its shards' results so far
+        self.began: dict[int, float] = {}
+        self.next_rungs: list[Request] = []  # racing trials going on
+        self.done: list[Decision] = []
+
+    @cached_property
+    def space(self) -> list[dict]:
+        """Every point of the space, built only when needed: a guided start, the grid, or a
+        duplicate proposal to replace."""
+        return grid(self.spec)
+
+    def _start(self) -> None:
+        """A guided start's enqueued points, or the grid still to run (the target shrinks to
+        what it holds)."""
+        self.started = True
+        if self.spec.search.guide and self.spec.search.sampler != "grid" and not finished_trials(self.study):
+            for params in guided_start(self.spec, self.space, tried_keys(self.study), self.progress.target):
+                self.study.enqueue_trial(params)
+        if self.spec.search.sampler == "grid":
+            self.planned, waiting = remaining_grid(self.study, self.space)
+            left = self.progress.finished + len(self.planned) + waiting
+            self.progress.target = min(self.progress.target, left)
+
+    def ask(self, in_flight: int) -> list[Request]:
+        """Racing trials' next rungs, then new trials up to `search.parallel` in flight and no
+        more than the target; when the space holds no untried configuration the target
+        becomes what has started."""
+        if not self.started:
+            self._start()
+        requests, self.next_rungs = self.next_rungs, []
+        in_flight += len(requests)
+        started = self.progress.finished + in_flight
+        while in_flight < self.spec.search.parallel and started < self.progress.target:
+            waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+            if self.planned is not None and not waiting:
+                if not self.planned:
+                    break
+                self.study.enqueue_trial(self.planned.pop(0))
+            asked = ask_untried(self.study, self.spec, self._tried, self._untried)
+            if asked is None:
+                self.progress.target = started
+                break
+            trial, candidate = asked
+            describe(trial, candidate)
+            self.results[trial.number], self.began[trial.number] = [], time.time()
+            end = self.race.first() if self.race is not None else len(self.indices)
+            requests.append(Request(params_key(trial.params), True, 0, end, "trial", trial=trial))
+            in_flight += 1
+            started += 1
+        return requests
+
+    def _tried(self, key: tuple, number: int) -> bool:
+        return key in tried_keys(self.study, number)
+
+    def _untried(self) -> list[dict]:
+        tried = tried_keys(self.study)
+        return [p for p in self.space if params_key(p) not in tried]
+
+    def tell(self, request: Request, measured: Measured) -> None:
+        """A trial's rung: with racing and no error, it goes on to the next rung or is decided
+        (stopped, or measured on every prompt); otherwise decided. A decided racing trial
+        leaves its per-prompt columns on the study for the races of later sessions."""
+        trial = request.trial
+        results = self.results[trial.number]
+        results += measured.results
+        stopped = False
+        if self.race is not None and measured.error is None:
+            records = in_order(shard_records(results), self.indices)
+            candidate = candidate_of(self.spec, trial.params)
+            rung = self.race.after(trial.number, records, law(candidate.pair, candidate.config))
+            if rung.next is not None:
+                self.next_rungs.append(Request(request.key, True, len(records), rung.next, "trial",
+                                               trial=trial))
+                self.progress.rungs += 1
+                return
+            self.race.keep(trial, records)
+            stopped = rung.stopped
+        del self.results[trial.number]
+        self.done.append(Decision(request.key, trial, results, measured.error, stopped,
+                                  start=self.began.pop(trial.number)))
+
+    def decided(self) -> list[Decision]:
+        done, self.done = self.done, []
+        return done
+
+    def note(self, requests: list[Request]) -> str:
+        return ""

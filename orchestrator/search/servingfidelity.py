@@ -20,10 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.analysis.outcome import trial_outcome
-from orchestrator.search.fidelity import PHASES, Request
+from orchestrator.search.fidelity import PHASES, Outcomes
 from orchestrator.search.racing import value
+from orchestrator.search.samplers import mark_interrupted, tried_keys
 from orchestrator.search.servingsearch import ServingSearch
+from orchestrator.search.strategy import Decision, Measured, Request, Sweep
 from orchestrator.spec.serving import SPEED
+from orchestrator.spec.space import candidate_of, grid, params_key
+from orchestrator.spec.sweep import FidelitySpec
 from workloads.serving.acceptance import Acceptance, served_record
 from workloads.serving.config import ServingConfig
 
@@ -48,6 +52,8 @@ class ServingFidelity:
     searches: dict[str, ServingSearch] = field(default_factory=dict)  # per pair, once profiled
     profiled: bool = False  # the profiles were asked for
     over: bool = False
+    objectives: tuple[str, ...] = ()  # what a decision's predictions are of
+    outcomes: Outcomes = field(default_factory=Outcomes)
 
     @property
     def pairs(self) -> dict[tuple, str]:
@@ -128,14 +134,18 @@ class ServingFidelity:
         self.stopped[key] = f"failed: {why}"
         self.searches[pair].fail(config.setting, config.concurrency)
 
-    def tell(self, request: Request, records: list[dict], seconds: float, results: list[dict]) -> None:
+    def tell(self, request: Request, measured: Measured) -> None:
         """A request's records (prompt order) and engine-seconds; a timing's raw shard
-        results give its tokens/s and ratio against its control."""
+        results give its tokens/s and ratio against its control; a failed one `fail`s."""
+        if self.outcomes.told(request, measured):
+            self.fail(request.key, measured.error)
+            return
+        records, seconds = measured.records, measured.seconds
         self.spent[request.phase] += seconds
         if request.timed:
             self.timed[request.key] = records
             pair, config = self.configs[request.key]
-            metrics, _ = trial_outcome(results, None, self.seed)
+            metrics, _ = trial_outcome(measured.results, None, self.seed)
             self.searches[pair].tell(config.setting, config.concurrency, metrics["throughput_tps"],
                                      metrics["throughput_ratio"])
             return
@@ -163,6 +173,13 @@ class ServingFidelity:
     def frontier(self) -> list[tuple]:
         return sorted(self.timed)
 
+    def ask(self, in_flight: int) -> list[Request]:
+        """`step`, once every request of the last one is told."""
+        return [] if in_flight else self.outcomes.over_if(self.step())
+
+    def decided(self) -> list[Decision]:
+        return self.outcomes.decisions(self, self.objectives)
+
     def note(self, step: list[Request]) -> str:
         """What a step does, for the progress line."""
         if step[0].phase == "profile":
@@ -172,3 +189,29 @@ class ServingFidelity:
         where = ", ".join(str(self.configs[r.key][1].concurrency) for r in step)
         return (f"timing {first.method} {first.num_speculative_tokens} in vLLM at concurrency {where} "
                 f"({len(self.timed)} of {len(self.configs)} timed so far)")
+
+
+def for_sweep(sweep: Sweep) -> ServingFidelity:
+    """The search over a vLLM sweep's grid, with the spec's tolerance and error; the trials a
+    killed session left running are marked interrupted (the search records every candidate
+    not recorded yet, those included)."""
+    from workloads.models.pair import load_tokenizer
+    from workloads.serving.acceptance import profile_config
+
+    spec = sweep.spec
+    mark_interrupted(sweep.study)
+    f = spec.search.fidelity or FidelitySpec()
+    configs, proxies = {}, {}
+    for params in grid(spec):
+        candidate = candidate_of(spec, params)
+        configs[params_key(params)] = candidate.pair, candidate.config
+        proxies[params_key(params)] = profile_config(candidate.config, spec.pair_kinds[candidate.pair])
+    tokenizers = {p.name: load_tokenizer(p.load_spec()) for p in spec.pairs}
+
+    def prompt_ids(pair: str, index: int) -> list[int]:
+        return tokenizers[pair](sweep.prompts[pair][index], verbose=False).input_ids
+
+    sweep.progress.target = len(configs)
+    return ServingFidelity(configs, proxies, prompt_ids, len(sweep.indices), f.tolerance, f.error,
+                           seed=spec.search.seed, objectives=tuple(spec.objectives),
+                           outcomes=Outcomes(tried_keys(sweep.study)))

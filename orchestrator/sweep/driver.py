@@ -5,8 +5,10 @@ Flow: validate the spec; open (or resume) the sweep state in `<root>/.specsweep/
 their models, the MLflow parent run (so a sweep whose Ray start fails leaves no run); run the
 baselines of every pair; then keep `search.parallel` trials in flight, each split into one shard per
 eligible worker, until `search.trials` trials have finished (or the grid is exhausted).
-What runs next is the `Planner`'s (plan.py), running it the `Executor`'s (execute.py), what
-it measured the `Recorder`'s (record.py); the driver passes finished jobs from one to the next.
+What runs next is the search strategy's (orchestrator/search: any registered one, asked and
+told through one protocol), its requests' jobs the `Planner`'s (plan.py), running them the
+`Executor`'s (execute.py), what they measured the `Recorder`'s (record.py); the driver passes
+finished jobs from one to the next.
 
 Faults: a shard whose worker died is queued again (preferably for another worker) and Ray
 restarts the actor; a shard that raises is retried once more, after which its trial is
@@ -34,24 +36,24 @@ from optuna.trial import TrialState
 from orchestrator.analysis.categories import MAX_CATEGORIES, OTHER, category_names
 from orchestrator.analysis.outcome import engine_seconds, shard_records
 from orchestrator.engines import listed
-from orchestrator.search.fidelity import MultiFidelity
 from orchestrator.search.race import in_order
-from orchestrator.search.samplers import tried_keys
+from orchestrator.search.registry import for_sweep as strategy_for
+from orchestrator.search.samplers import trial_on
+from orchestrator.search.strategy import Decision, Measured, Progress, Request, Strategy, Sweep
+from orchestrator.spec.space import candidate_of
 from orchestrator.spec.sweep import SpecError, SweepSpec, check_runnable
 from orchestrator.stored import check_store
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.execute import Executor
 from orchestrator.sweep.plan import Planner, decoding_order
 from orchestrator.sweep.prompts import pair_prompts
-from orchestrator.sweep.record import BaselineFailed, Progress, Recorder
+from orchestrator.sweep.record import BaselineFailed, Recorder
 from orchestrator.sweep.shards import Job
 from orchestrator.sweep.study import (
     StateLock,
     SweepError,
-    mark_interrupted,
     open_state,
     open_study,
-    requeue_interrupted,
     state_dir,
 )
 from orchestrator.sweep.tracking import check_reachable, default_uri
@@ -93,6 +95,7 @@ class Driver:
         self.recorder: Recorder | None = None
         self.executor: Executor | None = None
         self.planner: Planner | None = None
+        self.strategy: Strategy | None = None
         self.trials_s = 0.0  # wall time of the trial phase (after the baselines)
 
     @property
@@ -144,10 +147,8 @@ class Driver:
         if not self.prepared:
             self.prepare(resume, fresh)
         self.study = open_study(self.dir, self.spec)
-        if self.spec.search.sampler == "multifidelity":  # it records every candidate not recorded yet
-            mark_interrupted(self.study)
-        else:
-            requeue_interrupted(self.study)
+        indices = [e.index for e in self.examples]
+        self.strategy = strategy_for(Sweep(self.spec, self.study, self.progress, indices, self.prompts))
         self.recorder = Recorder(self.spec, self.study, self.dir, self.prompts, self.progress)
         previous = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -197,7 +198,7 @@ class Driver:
         if self.categories:
             self.recorder.tracker.describe_categories(self.recorder.parent_run, self.categories)
         self.recorder.hardware(self.executor.ready())
-        self.planner = Planner(self.spec, self.study, [e.index for e in self.examples], serves, self.progress)
+        self.planner = Planner(self.spec, [e.index for e in self.examples], serves)
 
     def _run_baselines(self) -> None:
         self.progress.note = "baselines"
@@ -208,78 +209,51 @@ class Driver:
         self.progress.note = ""
 
     def _run_trials(self) -> None:
-        if self.spec.search.sampler == "multifidelity":
-            self._run_multifidelity()
-            return
-        self.planner.start_trials()
+        """The search strategy's requests as jobs on the workers, each told back once done, and
+        every candidate it decides recorded as a trial (a new one where the strategy asked
+        none), until it asks for nothing more."""
+        requests: dict[str, Request] = {}
 
         def refill() -> None:
-            for job in self.planner.next_trials(len(self.executor.jobs)):
-                self.executor.run(job)
-
-        self._drain(self._finish_trial, refill)
-
-    def _run_multifidelity(self) -> None:
-        """The multi-fidelity search (fidelity.py, or on vLLM servingfidelity.py): each step's
-        requests as jobs on the workers, their records (and raw shard results) told back;
-        once it is over, every candidate a trial (`Recorder.decided`),
-        but those an earlier session recorded (a resumed search runs again from the shard
-        cache, to the same decisions). A candidate whose decode fails leaves the search and is
-        recorded failed."""
-        search = self.planner.multifidelity(self.prompts)
-        outputs: dict[tuple, list[dict]] = {}  # key -> its timed shards' results
-        errors: dict[tuple, str] = {}
-        requests = {}
-
-        def told(job: Job) -> None:
-            request = requests.pop(job.key)
-            if job.error is not None:
-                errors[request.key] = job.error
-                search.fail(request.key, job.error)
-                return
-            results = list(job.results.values())
-            records = in_order(shard_records(results), self.planner.indices)
-            search.tell(request, records, engine_seconds(results), results)
-            if request.timed:
-                outputs.setdefault(request.key, []).extend(results)
-
-        while step := search.step():
-            self.progress.note = search.note(step)
-            self.on_progress(self.progress)
-            for request in step:
+            asked = self.strategy.ask(len(self.executor.jobs))
+            if asked and (note := self.strategy.note(asked)):
+                self.progress.note = note
+                self.on_progress(self.progress)
+            for request in asked:
                 job = self.planner.request_job(request)
                 requests[job.key] = request
                 self.executor.run(job)
-            self._drain(told)
-        self.progress.note = ""
-        self._record_candidates(search, outputs, errors)
 
-    def _record_candidates(self, search: MultiFidelity, outputs: dict[tuple, list[dict]],
-                           errors: dict[tuple, str]) -> None:
-        """Each candidate of a finished multi-fidelity search as a trial, but those an earlier
-        session recorded; one stopped between its ask and its tell is failed-interrupted, so
-        `--resume` records it."""
-        recorded = tried_keys(self.study)
-        for key in sorted(k for k in search.pairs if k not in recorded):
-            trial, candidate = self.planner.start_trial(key)
+        def told(job: Job) -> None:
+            results = list(job.results.values())
+            records = in_order(shard_records(results), self.planner.indices) if job.error is None else []
+            measured = Measured(records, engine_seconds(results), results, job.error)
+            self.strategy.tell(requests.pop(job.key), measured)
+            self._record(self.strategy.decided())
+
+        self._drain(told, refill)
+        self.progress.note = ""
+        self._record(self.strategy.decided())
+
+    def _record(self, decisions: list[Decision]) -> None:
+        """Each decided candidate as its trial; one stopped between its ask and its tell is
+        failed-interrupted, so `--resume` asks it again."""
+        for decision in decisions:
+            trial = decision.trial
+            if trial is None:
+                trial, candidate = trial_on(self.study, self.spec, decision.key)
+            else:
+                candidate = candidate_of(self.spec, trial.params)
             job = Job(f"trial:{trial.number}", f"trial {trial.number}", candidate, [], trial,
-                      dict(enumerate(outputs.get(key, []))), error=errors.get(key))
+                      dict(enumerate(decision.results)), start=decision.start, error=decision.error)
             try:
-                self.recorder.decided(job, search, key)
+                self.recorder.record(job, decision)
             except BaseException:
                 if self.study.get_trials(deepcopy=False)[trial.number].state == TrialState.RUNNING:
                     trial.set_user_attr("interrupted", True)
                     self.study.tell(trial, state=TrialState.FAIL)
                 raise
             self.on_progress(self.progress)
-
-    def _finish_trial(self, job: Job) -> None:
-        rung = self.planner.after(job)
-        if rung.next is not None:  # a racing trial goes on: the next rung's shards
-            self.executor.run(job)
-            self.progress.rungs += 1
-            return
-        self.recorder.finish_trial(job, rung.stopped)
 
     def _drain(self, finish: Callable[[Job], None], refill: Callable[[], None] = lambda: None) -> None:
         """Until no job is in flight: `refill`, then `finish` each job the cache or the

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -20,27 +19,14 @@ import optuna
 from orchestrator.analysis.frontier import frontier_trials
 from orchestrator.analysis.metrics import UNTIMED, trial_metrics
 from orchestrator.analysis.outcome import constraint_values, engine_seconds, shard_records, trial_outcome
-from orchestrator.search.fidelity import MultiFidelity
 from orchestrator.search.samplers import constrain, finished_trials
+from orchestrator.search.strategy import Decision, Progress
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.stored import STOPPED
 from orchestrator.sweep.runs import VIEW, log_summary, shared_view, trial_log
 from orchestrator.sweep.shards import MAX_LOST, Job
 from orchestrator.sweep.study import SweepError, study_storage
 from orchestrator.sweep.tracking import Tracker, TrackingError
-
-
-@dataclass
-class Progress:
-    """What the CLI shows while a sweep runs."""
-
-    target: int
-    finished: int = 0
-    failed: int = 0
-    frontier: int = 0
-    stopped: int = 0  # trials racing stopped early
-    rungs: int = 0  # rungs after which a racing trial went on
-    note: str = ""
 
 
 class BaselineFailed(SweepError):
@@ -152,30 +138,25 @@ class Recorder:
         self.progress.finished += 1
         self.progress.frontier = len(frontier_trials(self.study, self.spec))
 
-    def decided(self, job: Job, search: MultiFidelity, key: tuple) -> None:
-        """Record a multi-fidelity candidate once the search is over, with what it measured
-        (`fidelity` on the trial: prompts profiled and timed, predicted objectives, why it
-        stopped): timed on every prompt and still in the race, a finished trial; timed on
-        some and stopped, a trial racing stopped; failed, a failed one; profiled only, pruned
-        and logged with its untimed metrics and predicted objectives."""
+    def record(self, job: Job, decision: Decision) -> None:
+        """Record a candidate its strategy decided as its trial (`job.trial`), with the
+        attributes the strategy adds: measured (or failed), as `finish_trial`; only profiled
+        (a multi-fidelity candidate never timed), pruned and logged with its untimed metrics
+        and predicted objectives."""
         trial = job.trial
-        predicted = {m: search.predicted(key, m) for m in self.spec.objectives}
-        fidelity = {"profiled": len(search.profiles.get(key, [])), "timed": len(search.timed.get(key, [])),
-                    "predicted": predicted, "stopped": search.stopped.get(key),
-                    "predicted_before_timing": search.predicted_before.get(key),
-                    "profile_engine_s": search.profile_s.get(key, 0.0)}
-        trial.set_user_attr("fidelity", fidelity)
+        for name, value in decision.attrs.items():
+            trial.set_user_attr(name, value)
         if job.error is not None or job.results:
-            self.finish_trial(job, stopped=key in search.stopped)
+            self.finish_trial(job, decision.stopped)
             return
-        records = search.profiles.get(key, [])
+        records = decision.profile
         metrics = {m: v for m, v in trial_metrics(records).items() if m in UNTIMED}
-        metrics.update({f"predicted_{m}": v for m, v in predicted.items()
+        metrics.update({f"predicted_{m}": v for m, v in decision.predicted.items()
                         if v is not None and m not in UNTIMED})
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr(STOPPED, 0)
         tags = {"specsweep.trial": str(trial.number), "specsweep.racing": "stopped",
-                "specsweep.fidelity": f"profiled on {len(records)} prompts, untimed; {fidelity['stopped']}"}
+                "specsweep.fidelity": f"profiled on {len(records)} prompts, untimed; {decision.why}"}
         self._log(job, metrics, tags, records, "FINISHED")
         self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         self.progress.stopped += 1

@@ -17,7 +17,7 @@ import yaml
 
 from orchestrator.errors import did_you_mean
 from orchestrator.files import write_atomic
-from orchestrator.search.samplers import directions, make_sampler, tried_keys
+from orchestrator.search.samplers import directions, make_sampler
 from orchestrator.spec.sweep import SweepSpec, parse_spec
 
 
@@ -253,29 +253,3 @@ def never_started(path: Path, spec: SweepSpec) -> bool:
     except Exception:  # noqa: BLE001 (damaged state is the resume path's to report)
         return False
     return not study.get_trials(deepcopy=False) and "parent_run" not in study.user_attrs
-
-
-def mark_interrupted(study: optuna.Study) -> None:
-    """Trials left RUNNING by a killed session, marked failed-interrupted."""
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-
-
-def requeue_interrupted(study: optuna.Study) -> None:
-    """Ask interrupted configurations again.
-
-    Trials left RUNNING by a killed session are first marked failed-interrupted (a Ctrl-C
-    marks its own). Then every interrupted trial's configuration that is not finished, in
-    flight or already waiting is enqueued once, whatever the sampler: a grid would reach it
-    again, but TPE, random, NSGA-II or GP would never propose it again on their own. Its
-    finished shards come from the cache."""
-    from orchestrator.spec.space import params_key
-
-    mark_interrupted(study)
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    asked = tried_keys(study) | {params_key(t.system_attrs.get("fixed_params", {})) for t in waiting}
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
-        if t.user_attrs.get("interrupted") and params_key(t.params) not in asked:
-            study.enqueue_trial(t.params, skip_if_exists=False)
-            asked.add(params_key(t.params))

