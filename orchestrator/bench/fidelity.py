@@ -7,11 +7,6 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.analysis.outcome import constraint_terms
-from orchestrator.search.fidelity import MultiFidelity
-from orchestrator.search.race import law
-from orchestrator.search.racing import Racing
-from orchestrator.search.strategy import Measured, Request, run
 from orchestrator.spec.space import candidate_of
 from orchestrator.spec.sweep import SweepSpec
 
@@ -46,24 +41,3 @@ class Profiler:
             records = [scored(self.task, self.examples[i], result) for i, result in zip(indices, out.results)]
             self.done[key, start, end] = records, seconds
         return self.done[key, start, end]
-
-
-def search(spec: SweepSpec, records: dict[tuple, list[dict]], profiler: Profiler, racing: Racing,
-           seed: int, **settings) -> MultiFidelity:
-    """One multi-fidelity search over the grid's configurations (`records`: per key, its
-    timed records in race order), run to its end; `settings` those of MultiFidelity."""
-    pairs, laws = {}, {}
-    for key in records:
-        candidate = candidate_of(spec, dict(key))
-        pairs[key], laws[key] = candidate.pair, law(candidate.pair, candidate.config)
-    state = MultiFidelity(pairs, laws, len(profiler.order), racing, dict(spec.objectives),
-                          constraint_terms(spec.constraints), seed=seed, **settings)
-
-    def measure(request: Request) -> Measured:
-        if request.timed:
-            rows = records[request.key][request.start:request.end]
-            return Measured(rows, sum(r["wall_s"] for r in rows))
-        return Measured(*profiler(request.key, request.start, request.end))
-
-    run(state, measure)
-    return state

@@ -1,15 +1,18 @@
-"""Compare search strategies cheaply: replay a measured grid instead of decoding again. Each
-strategy asks configurations of the same space (with the sampler and the duplicate rule a
-live sweep uses); the answer is the grid's measured objective values; hypervolume is read
-after fixed trial budgets (`compare_strategies`). `race_strategies` replays the grid's
-per-prompt records instead, with and without racing (search/racing.py), and the
-multi-fidelity search (search/fidelity.py), and counts cost in engine-seconds: the wall time
-of every decode a strategy runs (for the grid's own, the batch-1 decodes it timed)."""
+"""Compare search strategies cheaply: replay a measured grid instead of decoding again. Every
+strategy the search registry holds (orchestrator/search/registry.py), and OptunaHub's
+AutoSampler beside them, runs as a live sweep runs it, through the search protocol
+(`replay`: ask, tell, decided), with what it asks answered from the grid's measurements;
+so a strategy is in this benchmark once it is registered. `compare_strategies` reads the
+hypervolume after fixed trial budgets; `race_strategies` replays the grid's per-prompt
+records, with and without racing, and the multi-fidelity search (whose profiles are decoded
+here, for real: bench/fidelity.py), counting cost in engine-seconds: the wall time of every
+decode a strategy runs (for the grid's own, the batch-1 decodes it timed)."""
 
 from __future__ import annotations
 
-import random
+import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,43 +21,74 @@ import optuna
 from orchestrator.analysis.frontier import default_reference, hypervolume
 from orchestrator.analysis.frontier import feasible as meets_constraints
 from orchestrator.analysis.metrics import pareto_front, unsummed
-from orchestrator.analysis.outcome import constraint_terms
-from orchestrator.search.race import in_order, law, same_law
-from orchestrator.search.racing import Racing, race_order, rungs, stop, value
-from orchestrator.search.samplers import ask_untried, directions, make_sampler
-from orchestrator.spec.space import batch_sizes, candidate_of, grid, modelled, params_key
-from orchestrator.spec.sweep import SweepSpec
+from orchestrator.analysis.outcome import shard_records
+from orchestrator.search.fidelity import MultiFidelity
+from orchestrator.search.race import in_order
+from orchestrator.search.racing import Racing, race_order, value
+from orchestrator.search.registry import STRATEGIES
+from orchestrator.search.samplers import directions, make_sampler
+from orchestrator.search.strategy import Decision, Measured, Progress, Request, Strategy, Sweep
+from orchestrator.spec.space import batch_sizes, grid, params_key
+from orchestrator.spec.sweep import RacingSpec, SweepSpec
+from orchestrator.stored import STOPPED
 
-STRATEGIES = ("grid", "random", "tpe", "nsga2", "guided")
 SHARES = (0.1, 0.25, 0.5)  # of the grid's trial count, where `compare_strategies` reads hypervolume
-RACED = ("grid", "random", "tpe", "gp", "nsga2", "auto")  # race_strategies, with the multi-fidelity search
 
 
-def replay(
-    spec: SweepSpec,
-    table: dict[tuple, tuple],
-    strategy: str,
-    seed: int,
-    budget: int,
-    guide: list[dict] | None = None,
-) -> list[tuple]:
-    """Objective values of the first `budget` distinct configurations a strategy asks."""
-    if strategy == "grid":  # exhaustive, in a seeded order
-        keys = list(table)
-        random.Random(seed).shuffle(keys)
-        return [table[k] for k in keys[:budget]]
-    sampler = make_sampler(spec, "tpe" if strategy == "guided" else strategy, seed)
-    study = optuna.create_study(directions=directions(spec), sampler=sampler)
-    for params in (guide or []) if strategy == "guided" else []:
-        study.enqueue_trial(params)
-    seen: dict[tuple, tuple] = {}
-    while len(seen) < min(budget, len(table)):
-        trial, _ = ask_untried(study, spec, lambda key, _: key in seen or key not in table,
-                               lambda: [dict(k) for k in table if k not in seen])
-        key = params_key(trial.params)
-        seen[key] = table[key]
-        study.tell(trial, list(table[key]))
-    return list(seen.values())
+@dataclass
+class Replayed:
+    """One replayed search: its decisions in order, each with the engine-seconds spent when it
+    was made, the total spent, and the strategy at its end."""
+
+    decided: list[tuple[Decision, float]]
+    spent: float
+    search: Strategy
+
+    def finished(self) -> list[tuple[tuple, float]]:
+        """(params key, cost when it finished) of each candidate measured to its end."""
+        return [(d.key, at) for d, at in self.decided if not d.stopped and d.error is None and d.results]
+
+
+def replay(spec: SweepSpec, strategy: str, seed: int, order: list[int],
+           measure: Callable[[Request], Measured], values: Callable[[Decision], list[float]], trials: int,
+           racing: Racing | None = None, guide: str | None = None, budget: float = math.inf) -> Replayed:
+    """Run `strategy` (a registered one, `guided`: TPE after the guided start of the `guide`
+    calibration, or `auto`) on the grid of `spec` as a live sweep would, one request at a
+    time, until it ends, `trials` candidates have finished or `budget` engine-seconds are
+    spent: `measure` answers each request (prompts of `order`); each decided candidate is
+    told to Optuna as the recorder would (`values`, its objectives; pruned when stopped,
+    failed when it failed, and then not counted)."""
+    sampler = "tpe" if strategy in ("guided", "auto") else strategy
+    raced = racing and RacingSpec(start=racing.start, factor=racing.factor, alpha=racing.alpha)
+    search_spec = spec.search.model_copy(update={"sampler": sampler, "seed": seed, "parallel": 1,
+                                                 "trials": trials, "racing": raced, "guide": guide})
+    study = optuna.create_study(directions=directions(spec), sampler=bench_sampler(spec, strategy, seed))
+    progress = Progress(trials)
+    search = STRATEGIES[sampler](Sweep(spec.model_copy(update={"search": search_spec}), study, progress,
+                                       order, {}))
+    decided: list[tuple[Decision, float]] = []
+    spent = 0.0
+    while spent < budget and (requests := search.ask(0)):
+        for request in requests:
+            measured = measure(request)
+            spent += measured.seconds
+            search.tell(request, measured)
+        for decision in search.decided():
+            decided.append((decision, spent))
+            trial = decision.trial
+            if trial is None:  # decided without a trial (a multi-fidelity candidate): nothing to tell
+                continue
+            if decision.error is not None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                continue
+            progress.finished += 1
+            if decision.stopped:
+                trial.set_user_attr(STOPPED, len(shard_records(decision.results)))
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(trial, values(decision))
+    decided += [(d, spent) for d in search.decided()]
+    return Replayed(decided, spent, search)
 
 
 def fractions(spec: SweepSpec, table: dict[tuple, tuple], points: list[tuple], shares=SHARES):
@@ -72,7 +106,6 @@ def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | No
                        ) -> tuple[int, dict[str, list[list[float]]]]:
     """Replay every strategy `seeds` times on the finished grid sweep `sweep`: (grid points,
     {strategy: per seed, the hypervolume fractions after 10%, 25% and 50% of the grid (`SHARES`)})."""
-    import json
 
     from orchestrator.sweep.study import load_sweep
 
@@ -81,73 +114,36 @@ def compare_strategies(root: Path, sweep: str, seeds: int, calibration: str | No
         raise ValueError(f"{sweep}: needs a grid sweep to replay (search.sampler: grid)")
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     table = {params_key(t.params): tuple(t.values) for t in complete}
-    guide = None
-    if calibration:
-        from orchestrator.analysis.throughput import predicted_frontier
-
-        calibrated = json.loads(Path(calibration).read_text())
-        guide = predicted_frontier([modelled(spec, dict(k)) for k in table], calibrated)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rows = {strategy: [fractions(spec, table, replay(spec, table, strategy, s, len(table) // 2 + 1, guide))
+    rows = {strategy: [fractions(spec, table, replay_values(spec, table, strategy, s, len(table) // 2 + 1,
+                                                            calibration))
                        for s in range(seeds)]
-            for strategy in STRATEGIES if strategy != "guided" or guide is not None}
+            for strategy in replayed_strategies(guided=calibration is not None)}
     return len(table), rows
 
 
-@dataclass
-class Replayed:
-    """One replayed search: finished candidates in order, with the engine-seconds spent when
-    each finished, and the total spent."""
+def replayed_strategies(guided: bool = False, raced: bool = False) -> list[str]:
+    """The strategies a replay compares: every registered one but the multi-fidelity search
+    (which `race_strategies` runs to its end, on per-prompt records), with `auto`
+    (OptunaHub's AutoSampler) where racing, and `guided` where a calibration is given."""
+    names = [name for name in STRATEGIES if name != "multifidelity"]
+    return names + (["auto"] if raced else []) + (["guided"] if guided else [])
 
-    finished: list[tuple[tuple, float]]  # (params key, cost when it finished)
-    spent: float
 
+def replay_values(spec: SweepSpec, table: dict[tuple, tuple], strategy: str, seed: int, trials: int,
+                  guide: str | None = None) -> list[tuple]:
+    """Objective values of the first `trials` distinct configurations `strategy` finishes, each
+    answered by the grid's own trial (`table`: params key -> its objective values); a point
+    the grid did not finish fails, and is not counted."""
 
-def race_replay(spec: SweepSpec, records: dict[tuple, list[dict]], strategy: str, seed: int, budget: float,
-                racing: Racing | None) -> Replayed:
-    """Ask candidates as `replay` does until `budget` engine-seconds are spent; each runs on
-    every prompt, or (with `racing`) rung by rung, stopped when `racing.stop` says so. The
-    sampler is told the final values of finished candidates; stopped ones are pruned. Rungs
-    are prefixes of `records`, which are in the order a live race uses (`in_race_order`), and
-    rivals of one `law` pass over accuracy, as in a live race."""
-    total = len(next(iter(records.values())))
-    laws = {k: law(c.pair, c.config) for k in records for c in [candidate_of(spec, dict(k))]}
-    objectives = dict(spec.objectives)
-    constraints = constraint_terms(spec.constraints)
-    keys = list(records)
-    if strategy == "grid":
-        random.Random(seed).shuffle(keys)
-    study = None
-    if strategy != "grid":
-        study = optuna.create_study(directions=directions(spec), sampler=bench_sampler(spec, strategy, seed))
-    measured: dict[tuple, list[dict]] = {}
-    finished: list[tuple[tuple, float]] = []
-    spent = 0.0
-    order = iter(keys)
-    while spent < budget and len(measured) < len(records):
-        if study is None:
-            key, trial = next(order), None
-        else:
-            trial, _ = ask_untried(study, spec, lambda k, _: k in measured or k not in records,
-                                   lambda: [dict(k) for k in records if k not in measured])
-            key = params_key(trial.params)
-        rows = records[key]
-        done = 0
-        for n in rungs(total, racing) if racing else [total]:
-            spent += sum(r["wall_s"] for r in rows[done:n])
-            done = n
-            measured[key] = rows[:n]
-            rivals = [(r, same_law(laws[key], laws[k])) for k, r in measured.items() if k != key]
-            if racing and n < total and stop(rows[:n], rivals, objectives, constraints, racing, seed):
-                break
-        else:
-            finished.append((key, spent))
-            if trial is not None:
-                study.tell(trial, [value(rows, m) for m in objectives])
-            continue
-        if trial is not None:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-    return Replayed(finished, spent)
+    def measure(request: Request) -> Measured:
+        if request.key not in table:
+            return Measured([], 0.0, error="not finished in the grid")
+        return Measured([], 0.0, [{"records": []}])
+
+    run = replay(spec, strategy, seed, [], measure, lambda d: list(table[d.key]), min(trials, len(table)),
+                 guide=guide)
+    return [table[key] for key, _ in run.finished()]
 
 
 class Unavailable(Exception):
@@ -250,9 +246,21 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
         volume = hypervolume([values[k] for k in found], directions_, reference) / full
         return volume, len(front & set(found)) / len(front)
 
+    order = [r["index"] for r in next(iter(records.values()))]
+    profiler = None
+
+    def measure(request: Request) -> Measured:
+        if not request.timed:  # a multi-fidelity profile: decoded here, untimed
+            return Measured(*profiler(request.key, request.start, request.end))
+        rows = records[request.key][request.start:request.end]
+        return Measured(rows, sum(r["wall_s"] for r in rows), [{"records": rows}])
+
+    def objectives(decision: Decision) -> list[float]:
+        return [value(shard_records(decision.results), m) for m in spec.objectives]
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
-    for strategy in RACED:
+    for strategy in replayed_strategies(raced=True):
         try:
             bench_sampler(spec, strategy, 0)
         except Unavailable as why:
@@ -263,34 +271,35 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
                 hv, recall, cost = [], [], []
                 for s in range(seeds):
                     budget = share * grid_cost
-                    run = race_replay(spec, records, strategy, s, budget, racing if raced else None)
-                    h, r = reached([k for k, at in run.finished if at <= budget])
+                    run = replay(spec, strategy, s, order, measure, objectives, len(records),
+                                 racing if raced else None, budget=budget)
+                    h, r = reached([k for k, at in run.finished() if at <= budget])
                     hv.append(h)
                     recall.append(r)
                     cost.append(min(run.spent, budget) / grid_cost)
                 rows.append({"strategy": strategy, "racing": raced, "budget": share,
                              "hypervolume_fraction": statistics.mean(hv), "recall": statistics.mean(recall),
                              "cost_fraction": statistics.mean(cost)})
-    rows.append(multifidelity_row(spec, records, racing, seeds, grid_cost, reached))
+    from orchestrator.bench.fidelity import Profiler
+
+    profiler = Profiler(spec, order)
+    runs = [replay(spec, "multifidelity", s, order, measure, objectives, len(records), racing).search
+            for s in range(seeds)]
+    rows.append(multifidelity_row(spec, runs, grid_cost, reached))
     return rows
 
 
-def multifidelity_row(spec: SweepSpec, records: dict[tuple, list[dict]], racing: Racing, seeds: int,
-                      grid_cost: float, reached) -> dict:
-    """The multi-fidelity search run to its end `seeds` times (bench/fidelity.py): means over
-    seeds of the hypervolume fraction and recall of the frontier it returns, of its cost (and
-    of each phase's) as a fraction of the grid's engine-seconds, of the candidates it timed on
-    every prompt; and the largest relative error of the first objective's prediction (made
-    before a candidate's timing) against its measurement."""
-    from orchestrator.bench.fidelity import Profiler, search
-
+def multifidelity_row(spec: SweepSpec, runs: list[MultiFidelity], grid_cost: float, reached) -> dict:
+    """The multi-fidelity search's replays, each run to its end: means over them of the
+    hypervolume fraction and recall of the frontier it returns, of its cost (and of each
+    phase's) as a fraction of the grid's engine-seconds, of the candidates it timed on every
+    prompt; and the largest relative error of the first objective's prediction (made before a
+    candidate's timing) against its measurement."""
     directions_ = tuple(spec.objectives.values())
-    profiler = Profiler(spec, [r["index"] for r in next(iter(records.values()))])
     first = next(iter(spec.objectives))
     hv, recall, cost, timed, errors = [], [], [], [], []
     phases: dict[str, list[float]] = {}
-    for s in range(seeds):
-        state = search(spec, records, profiler, racing, s)
+    for state in runs:
         left = state.frontier()
         measured = [tuple(value(state.timed[k], m) for m in spec.objectives) for k in left]
         h, r = reached([left[i] for i in pareto_front(measured, directions_)])

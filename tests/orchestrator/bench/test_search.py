@@ -1,4 +1,6 @@
-from orchestrator.bench.search import STRATEGIES, fractions, replay
+import json
+
+from orchestrator.bench.search import fractions, replay_values, replayed_strategies
 from orchestrator.spec.space import grid
 from orchestrator.spec.sweep import parse_spec
 
@@ -26,11 +28,16 @@ def table():
     return out
 
 
-def test_every_strategy_asks_distinct_grid_points_and_full_grid_reaches_all():
+def test_every_registered_strategy_asks_distinct_grid_points_and_full_grid_reaches_all(tmp_path):
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps({"steps": [1, 2], "d_k": [0.5, 0.3], "draft_cost": [0.001, 0.002],
+                                       "verify_cost": 0.003, "block": 4}))
     t = table()
-    for strategy in STRATEGIES:
-        points = replay(SPEC, t, strategy, seed=0, budget=len(t), guide=[dict(next(iter(t)))])
+    strategies = replayed_strategies(guided=True)
+    assert {"grid", "random", "tpe", "nsga2", "gp", "guided"} <= set(strategies)
+    for strategy in strategies:
+        points = replay_values(SPEC, t, strategy, seed=0, trials=len(t), guide=str(calibration))
         assert len(points) == len(t) and set(points) <= set(t.values())
         assert fractions(SPEC, t, points, shares=(1.0,)) == [1.0]
-    partial = fractions(SPEC, t, replay(SPEC, t, "tpe", 0, 5), shares=(0.1, 0.25))
+    partial = fractions(SPEC, t, replay_values(SPEC, t, "tpe", 0, 5), shares=(0.1, 0.25))
     assert all(0 <= f <= 1 for f in partial)
