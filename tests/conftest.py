@@ -1,4 +1,11 @@
+import contextlib
 import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
 
 # No test may reach a hub: loading code must fail fast and clearly offline.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -8,3 +15,41 @@ os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 # speed). Sweeps and exports keep vLLM's default; a test that kills the engine core's own
 # process sets 1 (tests/orchestrator/sweep/test_serving.py).
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+# A Ray head of its own, started by a driver that holds it (ray.init in a helper process, not
+# `ray start`, which would record itself as this machine's cluster for every later ray.init and
+# `--ray-address auto`); it ends when the helper's stdin closes.
+RAY_HEAD = """
+import os, sys, ray
+ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, _temp_dir=sys.argv[2], log_to_driver=False,
+         configure_logging=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """The address of one local Ray head (two CPUs: a sweep's one worker slot and the driver's
+    tasks, as a sweep's own local head has) that the vLLM sweeps join with --ray-address instead
+    of each starting and stopping a head of its own; stopped at the end of the session."""
+    temp = f"/tmp/specsweep-ray-tests-{os.getpid()}"
+    helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, "2", temp], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True,
+                              env={"RAY_AUTH_MODE": "disabled", **os.environ})  # as raycluster.start
+    try:
+        address = helper.stdout.readline().strip()
+        assert address, f"the tests' Ray head did not start (exit {helper.poll()})"
+        yield address
+    finally:
+        helper.stdin.close()
+        try:
+            helper.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
+        with contextlib.suppress(ProcessLookupError):  # whatever of the head outlived its driver
+            os.killpg(helper.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)

@@ -36,7 +36,7 @@ def _engines() -> set[str]:
     return set(subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split())
 
 
-def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
+def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path, ray_head):
     before = _engines()
     data = {**GOOD, "name": "served", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
             "space": {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [3],
@@ -46,7 +46,8 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
             # trials cannot put `none` on the frontier in DFlash's place, as raw tokens/s can
             "objectives": {"throughput_ratio": "max", "accuracy": "max"},
             "serving": {"repeats": 2}}  # A B B A: the counters checked below stay the first load's
-    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path),
+                                 "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     deadline = time.monotonic() + 15
     while _engines() - before and time.monotonic() < deadline:
@@ -115,14 +116,15 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path):
         assert served.get(key) == want == written, key
 
 
-def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path):
+def test_a_sweep_whose_server_cannot_start_exits_1_with_vllms_reason(tmp_path, ray_head):
     verifier = tmp_path / "verifier"  # transformers loads it by model_type; vLLM by its architecture
     shutil.copytree(BUNDLED["toy-self"]["model"], verifier)
     config = json.loads((verifier / "config.json").read_text())
     (verifier / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
     data = {**GOOD, "name": "unservable", "pairs": [{"name": "odd", "model": str(verifier)}],
             "space": {"engine": ["vllm"], "method": ["none"], "max_new_tokens": 8}}
-    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path),
+                                 "--ray-address", ray_head])
     assert result.exit_code == 1, result.output
     # a VllmServer's log folder, one a start, kept under the sweep's state where it failed
     started = list((tmp_path / ".specsweep" / "unservable" / "logs").glob("vllm-*/server.log"))
@@ -174,7 +176,7 @@ def serve_export(config: Path, record: dict, tokens: int, log: Path) -> tuple[li
 
 
 
-def test_the_multi_fidelity_search_on_vllm_times_only_what_can_win(tmp_path):
+def test_the_multi_fidelity_search_on_vllm_times_only_what_can_win(tmp_path, ray_head):
     """Every grid point becomes a trial; acceptance of each measured untimed (mean accept
     length on the pruned ones as vLLM counts it on the timed ones of the same setting); the
     drafter with the largest step gain is timed at every concurrency, the rest only where
@@ -184,7 +186,8 @@ def test_the_multi_fidelity_search_on_vllm_times_only_what_can_win(tmp_path):
                       "concurrency": [1, 3], "max_new_tokens": 16},
             "objectives": {"throughput_tps": "max", "accuracy": "max"},
             "search": {"sampler": "multifidelity", "trials": 6, "parallel": 1}, "serving": {"repeats": 1}}
-    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path),
+                                 "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("served-mf").experiment_id])
