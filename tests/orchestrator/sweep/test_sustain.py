@@ -25,7 +25,7 @@ def test_bad_ranges_and_unknown_sweeps_are_refused_in_one_line(tmp_path):
 
 
 @on_vllm
-def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_rate(tmp_path):
+def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_rate(tmp_path, ray_head):
     data = {**GOOD, "name": "rated", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
             # without speculation a trial is served by its control's server: one start, not two
             "space": {"engine": ["vllm"], "method": ["none"], "concurrency": [2], "request_rate": [50.0],
@@ -33,7 +33,8 @@ def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_
             "search": {"sampler": "grid", "trials": 1, "parallel": 1},
             "objectives": {"request_goodput": "max", "tpot_p99_s": "min"},
             "serving": {"slo": {"ttft_p99_s": 60.0, "tpot_p99_s": 60.0}}}  # every load meets it
-    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path),
+                                 "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     client = MlflowClient(f"sqlite:///{tmp_path}/.specsweep/mlflow.db")
     experiment = client.get_experiment_by_name("rated").experiment_id
