@@ -7,7 +7,7 @@ with chance p^R <= q^R (R repeats: at 3, 12.5% for q = 1/2, 1.6% for q = 1/4). T
 probes `high`, then `low`, then `steps` geometric midpoints of the bracket; the reported rate
 (the highest rate labelled sustained) exceeds r_q only when a probe above r_q was labelled
 sustained, so with chance at most (steps + 2) · q^R (`overshoot_bound`).
-tests/orchestrator/analysis/test_sustain.py checks both by simulation, for q = 1/2 and 1/4,
+tests/orchestrator/search/test_bisection.py checks both by simulation, for q = 1/2 and 1/4,
 at every R and step count the command allows.
 """
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from orchestrator.search.strategy import Decision, Measured, Request, run
 
 MAX_REPEATS = 9
 MAX_STEPS = 8
@@ -49,35 +51,78 @@ def overshoot_bound(steps: int, repeats: int, q: float = 0.5) -> float:
     return min(1.0, (steps + 2) * q ** repeats)
 
 
-def search(meets: Callable[[float, int], bool], low: float, high: float, steps: int, repeats: int,
-           found: Bracket | None = None) -> Bracket:
-    """Bisect the rate between `low` and `high`: `meets(rate, i)` runs load i (0 ≤ i < R) at
-    `rate` and says whether it met the SLO; a rate is sustained when all R did (its loads stop
-    at the first that did not). `high` first (sustained: done), then `low` (not sustained:
-    done), then `steps` midpoints, each moving the bracket's low end up when sustained, else
-    its high end down. `found`, where given, is filled as the search goes (what a caller keeps
-    of a search cut short)."""
-    found = Bracket() if found is None else found
+@dataclass
+class Bisection:
+    """The bisection as a search strategy (strategy.Strategy): each request one load, the
+    `load`-th of its rate's repeats (its key: (("request_rate", rate), ("load", i))), judged
+    met or not by `judge` on what it measured; `high` first (sustained: done), then `low` (not
+    sustained: done), then `steps` midpoints, each moving the bracket's low end up when
+    sustained, else its high end down. A rate's loads stop at the first that misses. Its one
+    decision, once over, carries the bracket (`found`, filled as the search goes: what a
+    caller keeps of a search cut short)."""
 
-    def sustained(rate: float) -> bool:
-        met = 0
-        while met < repeats and meets(rate, met):
-            met += 1
-        found.probes.append((rate, met, min(met + 1, repeats)))
-        return met == repeats
+    low: float
+    high: float
+    steps: int
+    repeats: int
+    judge: Callable[[Measured], bool]
+    found: Bracket = field(default_factory=Bracket)
+    rate: float | None = None  # the rate probed now
+    met: int = 0  # its loads that met the SLO so far
+    probed: int = 0  # rates probed so far
+    over: bool = False
+    handed: bool = False
 
-    if sustained(high):
-        found.sustained = high
-        return found
-    found.failed = high
-    if not sustained(low):
-        found.failed = low
-        return found
-    found.sustained = low
-    for _ in range(steps):
-        rate = midpoint(found.sustained, found.failed)
-        if sustained(rate):
+    def ask(self, in_flight: int) -> list[Request]:
+        if in_flight or self.over:
+            return []
+        self.rate = self.high if self.rate is None else self.rate
+        return [Request((("request_rate", self.rate), ("load", self.met)), True, 0, 0, "load")]
+
+    def tell(self, request: Request, measured: Measured) -> None:
+        if measured.error is None and self.judge(measured):
+            self.met += 1
+            if self.met < self.repeats:
+                return
+        self._probed(self.met == self.repeats)
+
+    def _probed(self, sustained: bool) -> None:
+        found, rate = self.found, self.rate
+        found.probes.append((rate, self.met, min(self.met + 1, self.repeats)))
+        self.met, self.probed = 0, self.probed + 1
+        if sustained:
             found.sustained = rate
         else:
             found.failed = rate
-    return found
+        if self.probed == 1 and not sustained:  # high missed: low next
+            self.rate = self.low
+            return
+        if self.probed == 1 or (self.probed == 2 and not sustained) or self.probed == self.steps + 2:
+            self.over = True
+            return
+        self.rate = midpoint(found.sustained, found.failed)
+
+    def decided(self) -> list[Decision]:
+        if not self.over or self.handed:
+            return []
+        self.handed = True
+        return [Decision((), attrs={"bracket": self.found})]
+
+    def note(self, requests: list[Request]) -> str:
+        rate, load = (value for _, value in requests[0].key)
+        return f"{rate:.3g} requests/s, load {load + 1} of {self.repeats}"
+
+
+def search(meets: Callable[[float, int], bool], low: float, high: float, steps: int, repeats: int,
+           found: Bracket | None = None) -> Bracket:
+    """Run the `Bisection` with `meets(rate, i)` running load i (0 ≤ i < R) at `rate` and
+    saying whether it met the SLO; `found`, where given, is filled as the search goes."""
+    bisection = Bisection(low, high, steps, repeats, lambda measured: measured.records[0]["met"],
+                          Bracket() if found is None else found)
+
+    def measure(request: Request) -> Measured:
+        rate, load = (value for _, value in request.key)
+        return Measured([{"met": meets(rate, load)}], 0.0)
+
+    run(bisection, measure)
+    return bisection.found

@@ -1,0 +1,181 @@
+"""The contract every search strategy keeps (search/strategy.py), checked on each registered
+one (search/registry.py) and on the sustained-rate bisection, as Optuna checks every sampler
+with one test: asked and told through the protocol alone, it ends; it asks nothing twice;
+it decides every candidate it measured exactly once; a request that failed is never asked
+again; it keeps to what is in flight. Measurements are simulated (no decoding), so a new
+strategy is held to all of it by being registered."""
+
+import math
+import random
+
+import optuna
+import pytest
+
+from orchestrator.search.bisection import Bisection
+from orchestrator.search.registry import STRATEGIES, for_sweep
+from orchestrator.search.strategy import Decision, Measured, Progress, Request, Sweep
+from orchestrator.spec.space import grid, params_key
+from orchestrator.spec.sweep import parse_spec
+from orchestrator.stored import STOPPED
+
+PROMPTS = 16
+SPACE = {"schedule": ["linear", "packed"], "block": [2, 4], "steps": [1, 2], "rule": ["lossless", "linear"],
+         "leniency": [0.5, 1.0], "max_new_tokens": 24}
+
+
+def spec(sampler: str, racing: bool = False):
+    search = {"sampler": sampler, "trials": 6, "parallel": 2, "seed": 3}
+    if racing:
+        search["racing"] = {"start": 4}
+    return parse_spec({"name": "contract", "pairs": ["toy"], "task": {"name": "arith", "limit": PROMPTS},
+                       "space": SPACE, "objectives": {"throughput_tps": "max", "accuracy": "max"},
+                       "search": search})
+
+
+def record(key: tuple, index: int) -> dict:
+    """A prompt's record as a worker returns it, drawn from the candidate and the prompt."""
+    rng = random.Random(f"{key}:{index}")
+    iterations = rng.randint(4, 12)
+    nfe = iterations * rng.randint(1, 3)
+    wall = 0.001 * nfe * rng.lognormvariate(0, 0.05)
+    return {"index": index, "new_tokens": iterations * rng.randint(1, 4), "nfe": nfe, "rows": nfe * 3,
+            "iterations": iterations, "correct": float(rng.random() < 0.7), "wall_s": wall,
+            "batch_wall_s": wall}
+
+
+class Harness:
+    """Asks and tells a strategy through the protocol, holding it to the contract as it goes,
+    and records each decision on the study as the sweep's recorder does (`sweep`)."""
+
+    def __init__(self, strategy, failing: set = frozenset(), sweep: Sweep | None = None):
+        self.strategy, self.failing, self.sweep = strategy, failing, sweep
+        self.asked: list[Request] = []
+        self.decisions: list[Decision] = []
+
+    def record(self, decisions: list[Decision]) -> None:
+        self.decisions += decisions
+        for d in decisions:
+            if self.sweep is None or d.trial is None:
+                continue
+            study, progress = self.sweep.study, self.sweep.progress
+            progress.finished += 1
+            if d.error is not None:
+                study.tell(d.trial, state=optuna.trial.TrialState.FAIL)
+            elif d.stopped:
+                d.trial.set_user_attr(STOPPED, 1)
+                study.tell(d.trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                rows = [r for out in d.results for r in out["records"]]
+                study.tell(d.trial, [sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
+                                     sum(r["correct"] for r in rows) / len(rows)])
+
+    def measure(self, request: Request) -> Measured:
+        if request.key in self.failing:
+            return Measured([], 0.1, error="decode failed")
+        rows = [record(request.key, i) for i in range(request.start, request.end)]
+        return Measured(rows, sum(r["wall_s"] for r in rows), [{"records": rows}])
+
+    def run(self, parallel: int, rounds: int = 500) -> None:
+        in_flight: list[Request] = []
+        for _ in range(rounds):
+            new = self.strategy.ask(len(in_flight))
+            assert len(in_flight) + len(new) <= max(parallel, len(in_flight))  # keeps to what is in flight
+            for request in new:
+                assert isinstance(request, Request) and request.start <= request.end
+                same = [r for r in self.asked if (r.key, r.timed, r.start) == (request.key, request.timed,
+                                                                                 request.start)]
+                assert not same, f"asked twice: {request}"
+                assert not (request.key in self.failing and any(r.key == request.key for r in self.asked
+                                                                  if r.timed == request.timed)), request
+            self.asked += new
+            in_flight += new
+            if not in_flight:
+                self.record(self.strategy.decided())
+                return
+            done = in_flight.pop(0)  # one at a time, oldest first, as results arrive
+            self.strategy.tell(done, self.measure(done))
+            self.record(self.strategy.decided())
+        pytest.fail("the strategy did not end")
+
+
+def sweep_of(sampler: str, racing: bool = False) -> Sweep:
+    s = spec(sampler, racing)
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    return Sweep(s, study, Progress(s.search.trials), list(range(PROMPTS)), {"toy": {}})
+
+
+CASES = [(name, racing) for name in STRATEGIES for racing in (False, True)
+         if not (racing and name == "multifidelity")]  # the multi-fidelity search always races
+
+
+def test_every_registered_strategy_is_in_the_contract():
+    assert {name for name, _ in CASES} == set(STRATEGIES)
+
+
+@pytest.mark.parametrize(("name", "racing"), CASES)
+def test_a_registered_strategy_keeps_the_contract(name, racing):
+    sweep = sweep_of(name, racing)
+    space = {params_key(p) for p in grid(sweep.spec)}
+    failing = {sorted(space)[1]}
+    harness = Harness(for_sweep(sweep), failing, sweep)
+    harness.run(sweep.spec.search.parallel if name != "multifidelity" else math.inf)
+    keys = [d.key for d in harness.decisions]
+    assert len(keys) == len(set(keys))  # each candidate decided once
+    # to its budget: the trials asked for, or every candidate of a search over the whole grid
+    assert len(keys) == (len(space) if name == "multifidelity" else sweep.spec.search.trials)
+    assert set(keys) <= space and {r.key for r in harness.asked} <= space
+    asked_keys = {r.key for r in harness.asked}
+    assert asked_keys <= set(keys)  # whatever it measured, it decided
+    for d in harness.decisions:
+        if d.key in failing and d.key in asked_keys:
+            assert d.error == "decode failed" and not d.results  # a failure is recorded as one
+        if d.results:
+            assert d.error is None
+    assert harness.strategy.ask(0) == [] and harness.strategy.decided() == []  # over, and stays so
+
+
+def test_the_bisection_keeps_the_contract():
+    truth = 40.0  # loads meet the SLO below this rate
+
+    def judge(measured: Measured) -> bool:
+        return measured.records[0]["rate"] < truth
+
+    bisection = Bisection(1.0, 100.0, 5, 3, judge)
+    asked, decisions = [], []
+    while requests := bisection.ask(0):
+        assert len(requests) == 1 and bisection.ask(1) == []  # one load at a time
+        (request,) = requests
+        asked.append(request)
+        rate = dict(request.key)["request_rate"]
+        bisection.tell(request, Measured([{"rate": rate}], 1.0))
+        decisions += bisection.decided()
+    decisions += bisection.decided()
+    assert len(asked) == len(set(r.key for r in asked))  # no load asked twice
+    (decision,) = decisions
+    found = decision.attrs["bracket"]
+    assert found.sustained < truth <= found.failed and len(found.probes) == 5 + 2
+    assert bisection.ask(0) == [] and bisection.decided() == []
+
+
+class AsksTwice:
+    """A strategy that breaks the contract: it asks its one candidate again once told."""
+
+    def __init__(self):
+        self.told = 0
+
+    def ask(self, in_flight):
+        return [] if in_flight or self.told > 1 else [Request((("block", 2),), True, 0, 4, "trial")]
+
+    def tell(self, request, measured):
+        self.told += 1
+
+    def decided(self):
+        return []
+
+    def note(self, requests):
+        return ""
+
+
+def test_the_contract_catches_a_strategy_that_asks_twice():
+    with pytest.raises(AssertionError, match="asked twice"):
+        Harness(AsksTwice()).run(parallel=1)
