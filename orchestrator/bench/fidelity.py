@@ -28,7 +28,7 @@ class Profiler:
 
     def __call__(self, key: tuple, start: int, end: int) -> tuple[list[dict], float]:
         if (key, start, end) not in self.done:
-            from orchestrator.sweep.workers import prompt_seed, scored
+            from orchestrator.engines.shard import prompt_seed, scored
             from workloads.decoding import decode_batch
 
             candidate = candidate_of(self.spec, dict(key))

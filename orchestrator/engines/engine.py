@@ -4,13 +4,15 @@ ask the engine instead of testing its name.
 A configuration names its engine (`DecodeConfig.engine`, `ServingConfig.engine`; a stored
 config dict's `engine`, absent on specsweep's). The engine says which space dimensions set it
 alone and which values it refuses, how a candidate of it is chosen, what its trials are timed
-against (their *control*) and how often, how a worker measures a shard, how its configs read
-in tables, how its drift report is keyed, and where an export keeps its serving setting.
+against (their *control*) and how often, how it measures a shard in a worker (its
+`measurer`), how its configs read in tables, how its drift report is keyed, and where an
+export keeps its serving setting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
@@ -19,6 +21,19 @@ from workloads.serving.config import ServingConfig
 Config = DecodeConfig | ServingConfig
 Pick = Callable[[str], object]  # a dimension's value: its only one, or the sampler's choice
 Choose = Callable[[str, list], object]  # the sampler's choice among values, under a label
+
+
+class Measurer(Protocol):
+    """An engine's measuring in one worker process: what it keeps warm between shards (pairs
+    decoded once, servers started) is its own."""
+
+    def measure(self, shard, items: list) -> dict:
+        """A shard's per-prompt records (`records`) and its controls (`controls`), with what
+        else the shard's result carries (warm-up decodes, engine starts, where it ran), for
+        every (example, formatted prompt) of `items`."""
+
+    def close(self) -> None:
+        """Stop what it started (servers); the process may go on."""
 
 
 class Engine:
@@ -60,8 +75,10 @@ class Engine:
         serving.repeats)."""
         return 1
 
-    def measure(self, worker, shard, items: list) -> dict:
-        """A shard's records and controls, measured by `worker` (sweep.workers.PairWorker)."""
+    def measurer(self, worker) -> Measurer:
+        """What measures this engine's shards in `worker`'s process (sweep.workers.PairWorker:
+        its resident pairs `pair(name)`, `task`, `sweep_seed`, `pair_specs`, `logs`), made once
+        per process and kept between shards."""
         raise NotImplementedError
 
     def columns(self, config: dict) -> dict:

@@ -125,8 +125,10 @@ class VllmEngine(Engine):
     def repeats(self, asked: int) -> int:
         return asked
 
-    def measure(self, worker, shard, items: list) -> dict:
-        return worker.serve(shard, items)
+    def measurer(self, worker):
+        from orchestrator.engines.serverpool import Serving
+
+        return Serving(worker)
 
     def columns(self, config: dict) -> dict:
         """`vllm <method>`, no block, `n=<num_speculative_tokens>` (its drafts per

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import ray
 
+from orchestrator.engines.shard import Shard
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.sweep import raycluster
 from orchestrator.sweep.shards import Job, ShardQueue
-from orchestrator.sweep.workers import Shard, start_workers
+from orchestrator.sweep.workers import start_workers
 from workloads.tasks import Example
 
 HEAD_CHECK_S = 3.0  # between checks that the Ray head lives (Ray gives a lost head a minute)

@@ -11,13 +11,13 @@ config for specsweep), timed beside the trial so its speed ratio compares like w
 from __future__ import annotations
 
 from orchestrator.engines import engine_of
+from orchestrator.engines.shard import Shard
 from orchestrator.search.racing import race_order
 from orchestrator.search.strategy import Request
 from orchestrator.spec.space import Candidate, baseline_config, batch_sizes, candidate_of
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.stored import baseline_key
 from orchestrator.sweep.shards import Job, split
-from orchestrator.sweep.workers import Shard
 from workloads.tasks import Example
 
 

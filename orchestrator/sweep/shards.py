@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.engines.shard import Shard
 from orchestrator.files import write_atomic
 from orchestrator.spec.space import Candidate
-from orchestrator.sweep.workers import Shard
 
 MAX_ATTEMPTS = 2  # per shard, for errors raised by the decode itself
 MAX_LOST = 3  # per shard, for workers that died under it

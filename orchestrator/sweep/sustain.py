@@ -51,7 +51,7 @@ def settings(spec) -> list[tuple[str, ServingConfig]]:
     return list(found)
 
 
-def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[list[int]], slo: dict,
+def sustain_setting(pool, pair: str, config: ServingConfig, prompts: list[list[int]], slo: dict,
                     rates: Range, shown: Callable[[str], None], found: Bracket) -> float:
     """Fill `found`, the search's bracket for one setting (as far as it got, where the search
     is cut short); the seconds it took (its server's start, warm-up and every load). Each
@@ -62,17 +62,17 @@ def sustain_setting(engines, pair: str, config: ServingConfig, prompts: list[lis
 
     began = time.perf_counter()
     try:
-        server, _ = engines.server(pair, config, prompts)  # started and warmed
+        server, _ = pool.server(pair, config, prompts)  # started and warmed
     except ServerLost as lost:  # under its warm-up: the pool starts a lost server again
         shown(f"{lost}; starting it again and retrying the load once")
-        server, _ = engines.server(pair, config, prompts)
+        server, _ = pool.server(pair, config, prompts)
 
     def meets(rate: float, repeat: int) -> bool:
         load = dataclasses.replace(config, request_rate=rate, seed=config.seed + repeat)
 
         def timed():
             warm(server, prompts, load)  # once a rate, untimed (and again on a restarted server)
-            return engines.serve(server, prompts, load)
+            return pool.serve(server, prompts, load)
 
         served, wall = supervised(server, timed, shown)
         metrics = serving_metrics(records(served, wall), slo)
@@ -133,9 +133,9 @@ def sustain_all(spec, study, directory: Path, artifacts: Path, found: list[tuple
     setting cut short by a lost server is saved with its probes so far, then the failure
     raised); MLflow runs a store that is down could not take are kept beside it."""
     from orchestrator.engines import VLLM
+    from orchestrator.engines.serverpool import ServerPool
     from orchestrator.search.bisection import Bracket
     from orchestrator.sweep.prompts import spec_prompts
-    from orchestrator.sweep.serving import Engines
     from orchestrator.sweep.tracking import Tracker
     from workloads.models.pair import load_tokenizer
     from workloads.serving.config import EngineFailure
@@ -143,7 +143,7 @@ def sustain_all(spec, study, directory: Path, artifacts: Path, found: list[tuple
     _, examples, prompts = spec_prompts(spec)
     tracker = Tracker(study.user_attrs["tracking_uri"], spec.tracking.experiment or spec.name, artifacts,
                       directory / "sustain-pending.jsonl")
-    engines = Engines({p.name: p.load_spec() for p in spec.pairs}, directory / "logs")
+    pool = ServerPool({p.name: p.load_spec() for p in spec.pairs}, directory / "logs")
     results: list[dict] = []
     try:
         for pair, config in found:
@@ -156,7 +156,7 @@ def sustain_all(spec, study, directory: Path, artifacts: Path, found: list[tuple
             start_ms, began = int(time.time() * 1000), time.perf_counter()
             slo, bracket = spec.serving.slo, Bracket()
             try:
-                seconds = sustain_setting(engines, pair, config, ids, slo, rates, say, bracket)
+                seconds = sustain_setting(pool, pair, config, ids, slo, rates, say, bracket)
             except EngineFailure as err:  # the probes so far are kept, marked cut short
                 results.append(result(pair, config, label, bracket, time.perf_counter() - began, rates, slo,
                                       str(err)))
@@ -165,9 +165,9 @@ def sustain_all(spec, study, directory: Path, artifacts: Path, found: list[tuple
             say(f"  sustained {_rate(bracket.sustained)}, missed at {_rate(bracket.failed)} "
                 f"({len(bracket.probes)} rates, {seconds:.0f} s)")
             tracker.log_trial(run_log(results[-1], study.user_attrs["parent_run"], start_ms))
-            engines.close()  # one server at a time: an idle one still takes cores from the next
+            pool.close()  # one server at a time: an idle one still takes cores from the next
     finally:
-        engines.close()
+        pool.close()
         if results:
             say(f"results: {save(directory, results)}")
         if not tracker.flush():

@@ -4,7 +4,11 @@ named in a branch elsewhere."""
 import ast
 from pathlib import Path
 
+import pytest
+
 from orchestrator.engines import DIMENSIONS, ENGINES, SPECSWEEP, VLLM, engine_of, space_error
+from orchestrator.sweep.workers import PairWorker
+from workloads.decoding.kinds import KINDS
 from workloads.decoding.config import DecodeConfig
 from workloads.serving.config import ServingConfig
 
@@ -14,16 +18,6 @@ OBJECTS = {"SPECSWEEP", "VLLM"}  # the engines, compared by identity
 CLASSES = {"DecodeConfig", "ServingConfig", "SpecsweepEngine", "VllmEngine"}  # an engine's by type
 HOME = ROOT / "orchestrator" / "engines"
 SCANNED = (ROOT / "orchestrator", ROOT / "workloads" / "serving")
-
-
-class Worker:
-    """The two ways a worker measures a shard, each answering its own name."""
-
-    def decode(self, shard, items):
-        return {"measured": "decode"}
-
-    def serve(self, shard, items):
-        return {"measured": "serve"}
 
 
 def test_every_config_class_names_a_registered_engine():
@@ -73,8 +67,33 @@ def test_only_a_served_engine_repeats_its_loads():
 
 
 def test_each_engine_measures_a_shard_its_own_way():
-    assert SPECSWEEP.measure(Worker(), None, [])["measured"] == "decode"
-    assert VLLM.measure(Worker(), None, [])["measured"] == "serve"
+    worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
+    assert type(worker.measurer(SPECSWEEP)).__name__ == "Decoder"  # on the worker's resident pairs
+    assert type(worker.measurer(VLLM)).__name__ == "Serving"  # on the worker's vLLM servers
+    assert worker.measurer(VLLM) is worker.measurer(VLLM)  # made once a process, kept
+
+
+@pytest.mark.parametrize("engine", list(ENGINES.values()), ids=list(ENGINES))
+def test_a_registered_engine_keeps_the_contract(engine):
+    """What every engine answers (engine.Engine), checked alike on each registered one: a
+    candidate it chooses is its own, and so is its control; its configs read in tables; its
+    own settings are space dimensions; its measurer starts nothing before its first shard."""
+    kind = next(k for k in KINDS.values() if engine.pairs_error({}, {"p": k}) is None)
+    dims = {"engine": [engine.name]}
+    config, size = engine.choose(dims, kind, lambda name: dims[name][0], lambda name, values: values[0])
+    assert engine_of(config) is engine and size >= 1
+    assert engine.space_error(dims, racing=False, alone=True) is None
+    control = engine.control(config, DecodeConfig(schedule="ar"))
+    assert control is None or engine_of(control) in (engine, SPECSWEEP)
+    assert engine.repeats(3) >= 1
+    assert set(engine.columns(config.to_dict())) == {"schedule", "block", "effort", "rule", "leniency"}
+    assert engine.label(config.to_dict()) and "toy" in engine.drift_key("toy")
+    assert all(key in DIMENSIONS for key in engine.settings)
+    setting = engine.own_setting(config.to_dict(), None)
+    assert (setting is None) == (engine.section is None)
+    measurer = engine.measurer(PairWorker({"toy": "toy"}, "arith", sweep_seed=0))
+    assert callable(measurer.measure)
+    measurer.close()  # before any shard: nothing started, nothing to stop
 
 
 def test_labels_name_vllms_drafts_n_and_specsweeps_steps_k():

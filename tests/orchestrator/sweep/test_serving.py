@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from orchestrator.sweep.serving import Engines
+from orchestrator.engines.serverpool import ServerPool as Engines
 from tests.needs_vllm import needs_vllm
 from workloads.models.pair import load_tokenizer
 from workloads.serving.config import ServingConfig

@@ -17,8 +17,8 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.analysis.export import is_export
 from orchestrator.cli import app
+from orchestrator.engines.serverpool import START_TRIES
 from orchestrator.stored import logged_records
-from orchestrator.sweep.serving import START_TRIES
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
 from tests.workloads.serving.faults import KillOnce

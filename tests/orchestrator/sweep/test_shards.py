@@ -1,5 +1,6 @@
 """The shard queue's rules without Ray: fake workers whose calls succeed, raise, or die."""
 
+from orchestrator.engines.shard import Shard
 from orchestrator.spec.space import Candidate
 from orchestrator.sweep.shards import (
     DEPTH,
@@ -11,7 +12,6 @@ from orchestrator.sweep.shards import (
     WorkerLost,
     split,
 )
-from orchestrator.sweep.workers import Shard
 from workloads.decoding import DecodeConfig
 
 

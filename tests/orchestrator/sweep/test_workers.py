@@ -5,8 +5,10 @@ import pickle
 
 import pytest
 
-from orchestrator.sweep import workers
-from orchestrator.sweep.workers import WARMUP, PairWorker, Shard, control_positions
+from orchestrator.engines import SPECSWEEP, specsweep
+from orchestrator.engines.shard import Shard
+from orchestrator.engines.specsweep import WARMUP, control_positions
+from orchestrator.sweep.workers import PairWorker
 from workloads.decoding import DecodeConfig
 from workloads.tasks import get_task
 
@@ -18,13 +20,13 @@ AR = DecodeConfig(schedule="ar", max_new_tokens=12)
 def decodes(monkeypatch):
     """Every decode a worker makes, in order: (prompt, schedule)."""
     made = []
-    real = workers.decode_batch
+    real = specsweep.decode_batch
 
     def counting(pair, prompts, config, seeds):
         made.extend((prompt, config.schedule) for prompt in prompts)
         return real(pair, prompts, config, seeds=seeds)
 
-    monkeypatch.setattr(workers, "decode_batch", counting)
+    monkeypatch.setattr(specsweep, "decode_batch", counting)
     return made
 
 
@@ -62,7 +64,7 @@ def test_warm_up_runs_once_per_process_and_is_never_recorded(decodes):
 
 def test_controls_run_right_before_the_trial_decode_of_their_prompt(decodes):
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
-    worker.warm.add("toy")
+    worker.measurer(SPECSWEEP).warm.add("toy")
     out = worker.run(Shard(0, "toy", TRIAL, tuple(range(7)), control=AR), items(7))
     prompts = [p for _, p in items(7)]
     timed = [(prompts.index(p), schedule) for p, schedule in decodes]
@@ -88,7 +90,7 @@ def test_a_batched_shard_decodes_whole_batches_with_a_control_per_batch(decodes)
     that batch's wall time; controls are `ar` on the same batches; greedy tokens are those of
     batch size 1."""
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
-    worker.warm.add("toy")
+    worker.measurer(SPECSWEEP).warm.add("toy")
     batched = worker.run(Shard(0, "toy", TRIAL, tuple(range(10)), control=AR, batch_size=4), items(10))
     assert [r["batch"] for r in batched["records"]] == [0] * 4 + [4] * 4 + [8] * 2
     assert [c["index"] for c in batched["controls"]] == [0, 4, 8]
@@ -102,7 +104,7 @@ def test_records_carry_each_iterations_accepted_draft_tokens(decodes):
     """A drafting shard's records keep `accept_lengths`, plain ints, one per iteration,
     summing to the prompt's accepted tokens; an `ar` shard's are empty."""
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
-    worker.warm.add("toy")
+    worker.measurer(SPECSWEEP).warm.add("toy")
     for record in worker.run(Shard(0, "toy", TRIAL, tuple(range(3))), items(3))["records"]:
         lengths = record["accept_lengths"]
         assert all(type(a) is int for a in lengths)

@@ -1,4 +1,5 @@
-"""A worker's shards under the `vllm` engine: its servers, and a shard's records and controls.
+"""vLLM's measuring in a worker process: its pool of servers (`ServerPool`), and a shard's
+records and controls served on them (`serve_shard`, `Serving`).
 
 A worker keeps, per pair, one vLLM server with the trial's speculative settings and one without
 speculation, the control; a trial whose settings differ restarts the first (the start time goes
@@ -21,6 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
+from orchestrator.engines.shard import Shard, judged, where
 from workloads.models.pairspec import refs
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.load import serve, switch, warm
@@ -30,7 +32,7 @@ log = logging.getLogger(__name__)
 START_TRIES = 2  # failed starts in a row after which a worker no longer starts those settings
 
 
-class Engines:
+class ServerPool:
     """The vLLM servers of one worker, by (pair, whether it speculates), supervised: a server is
     health-checked before each load it serves and started again when it has died (`restarts`
     counts them); a server that cannot start is not kept, and the reason it gave is what the
@@ -104,16 +106,16 @@ class Engines:
         self.servers.clear()
 
 
-def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: ServingConfig | None,
+def serve_shard(pool: ServerPool, pair: str, config: ServingConfig, control: ServingConfig | None,
                 prompts: list[list[int]], first: int, repeats: int = 1
                 ) -> tuple[list[dict], list[dict], float, dict]:
     """(one record per prompt, the control load, seconds spent starting servers, what the
     vLLM plugin found and worked around in the trial's server). With a control, the trial's
     load and the control's are each served `repeats` times, A B B A A B ..., and each side's
     wall is its median; the records, tokens and counters are the first load's."""
-    server, started = engines.server(pair, config, prompts)
+    server, started = pool.server(pair, config, prompts)
     before = server.counters()
-    served, wall = engines.serve(server, prompts, config)
+    served, wall = pool.serve(server, prompts, config)
     spent = server.counters() - before
     records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
     if not config.one_at_a_time:
@@ -123,14 +125,14 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
                           accepted=spent.accepted if own else 0, shared_counters=True)
     if control is None:
         return records, [], started, {**server.report, "engine_args": server.engine_args}
-    plain, plain_started = engines.server(pair, control, prompts)
+    plain, plain_started = pool.server(pair, control, prompts)
     started += plain_started
     at = time.time()
     # by side, not by server: a trial without speculation is served by the control's server
     trial_walls, control_walls = [wall], []
     for turn in range(2 * repeats - 1):  # after A: B, then B A, A B, ... (drift falls on both)
         on_control = turn % 4 in (0, 1)
-        load, load_wall = engines.serve(plain if on_control else server, prompts,
+        load, load_wall = pool.serve(plain if on_control else server, prompts,
                                         control if on_control else config)
         (control_walls if on_control else trial_walls).append(load_wall)
         if on_control and len(control_walls) == 1:
@@ -140,3 +142,34 @@ def serve_shard(engines: Engines, pair: str, config: ServingConfig, control: Ser
     controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(control_walls),
                  "at": at, "repeats": repeats}]
     return records, controls, started, {**server.report, "engine_args": server.engine_args}
+
+
+class Serving:
+    """The vllm engine's measurer (engine.Measurer): a worker's shards served on its
+    `ServerPool`, started on its first shard; `engine_start_s`: seconds spent starting servers
+    for a shard; `engine_restarts`: servers found dead and started again."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.pool: ServerPool | None = None
+
+    def measure(self, shard: Shard, items: list) -> dict:
+        from workloads.models.pair import load_tokenizer
+
+        worker = self.worker
+        if self.pool is None:
+            self.pool = ServerPool(worker.pair_specs, None if worker.logs is None else Path(worker.logs))
+        tokenizer = load_tokenizer(worker.pair_specs[shard.pair])
+        prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
+        restarts = self.pool.restarts
+        records, controls, started, report = serve_shard(self.pool, shard.pair, shard.config, shard.control,
+                                                         prompts, items[0][0].index, shard.repeats)
+        for (example, _), record in zip(items, records):
+            record.update(judged(worker.task, example, record["text"]))
+        return {"records": records, "controls": controls, "warmup": 0, **where(), "engine_start_s": started,
+                "engine_restarts": self.pool.restarts - restarts, "engine_report": report}
+
+    def close(self) -> None:
+        """Stop the vLLM servers this worker started."""
+        if self.pool is not None:
+            self.pool.close()
