@@ -8,8 +8,8 @@ import pytest
 
 from orchestrator.engines import DIMENSIONS, ENGINES, SPECSWEEP, VLLM, engine_of, space_error
 from orchestrator.sweep.workers import PairWorker
-from workloads.decoding.kinds import KINDS
 from workloads.decoding.config import DecodeConfig
+from workloads.decoding.kinds import KINDS
 from workloads.serving.config import ServingConfig
 
 ROOT = Path(__file__).resolve().parents[2]

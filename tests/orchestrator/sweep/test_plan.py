@@ -38,7 +38,8 @@ def test_a_trials_request_is_split_over_its_workers_each_shard_beside_the_ar_con
     study = optuna.create_study(directions=["maximize", "maximize"])
     trial = study.ask()
     job = plan.request_job(Request(key, True, 0, 16, "trial", trial=trial))
-    assert job.key == f"trial:{trial.number}:0" and job.trial is trial and job.label == f"trial {trial.number}"
+    assert job.trial is trial and job.key == f"trial:{trial.number}:0"
+    assert job.label == f"trial {trial.number}"
     assert len(job.shards) == 2 and [s.indices for s in job.shards] == [tuple(range(8)), tuple(range(8, 16))]
     assert all(s.control == DecodeConfig(schedule="ar", max_new_tokens=12) for s in job.shards)
     assert all(s.trial == trial.number and s.config == job.candidate.config for s in job.shards)

@@ -72,7 +72,8 @@ def test_each_kind_of_decision_is_recorded_as_its_trial(recorder):
     assert trials[0].user_attrs["how"] == "measured" and trials[0].values[0] > 0
     assert trials[0].user_attrs["constraints"] == [-trials[0].values[1]]  # accuracy >= 0
     assert trials[1].user_attrs[STOPPED] == 8 and trials[2].user_attrs["error"] == "decode failed"
-    assert trials[3].user_attrs[STOPPED] == 0 and trials[3].user_attrs["metrics"]["predicted_throughput_tps"] == 123.0
+    assert trials[3].user_attrs[STOPPED] == 0
+    assert trials[3].user_attrs["metrics"]["predicted_throughput_tps"] == 123.0
     assert "throughput_tps" not in trials[3].user_attrs["metrics"]  # untimed: no speed of its own
     progress = recorder.progress
     assert (progress.finished, progress.failed, progress.stopped) == (4, 1, 2)
@@ -85,7 +86,8 @@ def test_each_kind_of_decision_is_recorded_as_its_trial(recorder):
 
 def test_a_trial_missing_an_objective_is_recorded_failed(recorder):
     recorder, shards = recorder
-    job = trial_job(recorder, [{**shards[0], "records": [{**r, "correct": None} for r in shards[0]["records"]]}])
+    unscored = [{**r, "correct": None} for r in shards[0]["records"]]
+    job = trial_job(recorder, [{**shards[0], "records": unscored}])
     recorder.record(job, Decision(("a",), job.trial))
     trial = recorder.study.get_trials(deepcopy=False)[0]
     assert trial.state == optuna.trial.TrialState.FAIL and "accuracy" in trial.user_attrs["error"]
