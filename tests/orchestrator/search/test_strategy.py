@@ -23,13 +23,17 @@ SPACE = {"schedule": ["linear", "packed"], "block": [2, 4], "steps": [1, 2], "ru
          "leniency": [0.5, 1.0], "max_new_tokens": 24}
 
 
-def spec(sampler: str, racing: bool = False):
+SERVED = {"engine": ["vllm"], "method": ["none", "ngram", "dflash"], "num_speculative_tokens": [2, 4],
+          "concurrency": [1, 4], "max_new_tokens": 24}
+
+
+def spec(sampler: str, racing: bool = False, served: bool = False):
     search = {"sampler": sampler, "trials": 6, "parallel": 2, "seed": 3}
     if racing:
         search["racing"] = {"start": 4}
-    return parse_spec({"name": "contract", "pairs": ["toy"], "task": {"name": "arith", "limit": PROMPTS},
-                       "space": SPACE, "objectives": {"throughput_tps": "max", "accuracy": "max"},
-                       "search": search})
+    return parse_spec({"name": "contract", "pairs": ["toy-dflash" if served else "toy"],
+                       "task": {"name": "arith", "limit": PROMPTS}, "space": SERVED if served else SPACE,
+                       "objectives": {"throughput_tps": "max", "accuracy": "max"}, "search": search})
 
 
 def record(key: tuple, index: int) -> dict:
@@ -73,6 +77,16 @@ class Harness:
         if request.key in self.failing:
             return Measured([], 0.1, error="decode failed")
         rows = [record(request.key, i) for i in range(request.start, request.end)]
+        if dict(request.key).get("concurrency") and request.timed:  # a load served by vLLM
+            wall = sum(r["wall_s"] for r in rows)
+            rows = [{**r, "ttft_s": 0.01, "tpot_s": 0.001, "itl_s": [0.001], "queue_s": 0.0, "batch": 0,
+                     "batch_wall_s": wall, "token_ids": list(range(r["new_tokens"]))} for r in rows]
+            control = {"index": 0, "new_tokens": sum(r["new_tokens"] for r in rows), "wall_s": 1.3 * wall,
+                       "at": 0.0, "repeats": 1}
+            return Measured(rows, wall, [{"records": rows, "controls": [control]}])
+        if not request.timed:  # a profile: what vLLM's counters would count, per prompt
+            rows = [{**r, "token_ids": list(range(r["new_tokens"])), "drafted": 2 * r["iterations"],
+                     "accepted": r["iterations"]} for r in rows]
         return Measured(rows, sum(r["wall_s"] for r in rows), [{"records": rows}])
 
     def run(self, parallel: int, rounds: int = 500) -> None:
@@ -98,23 +112,28 @@ class Harness:
         pytest.fail("the strategy did not end")
 
 
-def sweep_of(sampler: str, racing: bool = False) -> Sweep:
-    s = spec(sampler, racing)
+def sweep_of(sampler: str, racing: bool = False, served: bool = False) -> Sweep:
+    s = spec(sampler, racing, served)
     study = optuna.create_study(directions=["maximize", "maximize"])
-    return Sweep(s, study, Progress(s.search.trials), list(range(PROMPTS)), {"toy": {}})
+    prompts = {p.name: {i: f"{i} + {i} =" for i in range(PROMPTS)} for p in s.pairs}
+    return Sweep(s, study, Progress(s.search.trials), list(range(PROMPTS)), prompts)
 
 
-CASES = [(name, racing) for name in STRATEGIES for racing in (False, True)
-         if not (racing and name == "multifidelity")]  # the multi-fidelity search always races
+# every registered strategy with and without racing (the multi-fidelity search always races),
+# and the multi-fidelity search on a space vLLM serves (its own strategy there)
+CASES = [(name, racing, False) for name in STRATEGIES for racing in (False, True)
+         if not (racing and name == "multifidelity")] + [("multifidelity", False, True)]
 
 
 def test_every_registered_strategy_is_in_the_contract():
-    assert {name for name, _ in CASES} == set(STRATEGIES)
+    assert {name for name, _, _ in CASES} == set(STRATEGIES)
+    assert {type(for_sweep(sweep_of(*case))).__name__ for case in CASES if case[0] == "multifidelity"} == {
+        "MultiFidelity", "ServingFidelity"}
 
 
-@pytest.mark.parametrize(("name", "racing"), CASES)
-def test_a_registered_strategy_keeps_the_contract(name, racing):
-    sweep = sweep_of(name, racing)
+@pytest.mark.parametrize(("name", "racing", "served"), CASES)
+def test_a_registered_strategy_keeps_the_contract(name, racing, served):
+    sweep = sweep_of(name, racing, served)
     space = {params_key(p) for p in grid(sweep.spec)}
     failing = {sorted(space)[1]}
     harness = Harness(for_sweep(sweep), failing, sweep)
@@ -126,6 +145,7 @@ def test_a_registered_strategy_keeps_the_contract(name, racing):
     assert set(keys) <= space and {r.key for r in harness.asked} <= space
     asked_keys = {r.key for r in harness.asked}
     assert asked_keys <= set(keys)  # whatever it measured, it decided
+    assert any(r.timed for r in harness.asked)  # and it timed what it kept
     for d in harness.decisions:
         if d.key in failing and d.key in asked_keys:
             assert d.error == "decode failed" and not d.results  # a failure is recorded as one
