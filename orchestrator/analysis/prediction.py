@@ -162,7 +162,7 @@ def predict_exports(written: list, predictor: Predictor, say) -> None:
 
     from orchestrator.analysis.export import is_export
     from orchestrator.files import write_yaml
-    from workloads.models.pairspec import pair_kind
+    from workloads.models.families import pair_kind
 
     for path in filter(is_export, written):
         document = yaml.safe_load(path.read_text())

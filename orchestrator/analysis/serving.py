@@ -17,56 +17,47 @@ from __future__ import annotations
 from orchestrator.engines import VLLM
 from orchestrator.engines.vllm import unserved
 from workloads.decoding.kinds import PairKind
-from workloads.models.pairspec import config_dict, is_dflash2_config
+from workloads.models.families import FAMILIES, family_of
 from workloads.serving.sglang_flags import flags, settings
 
 SGLANG = "sglang"  # the key of SGLang's launch flags under an export's `serving` (SGLang measures no trial)
 
 
-def is_dflash2(drafter: str | None) -> bool:
-    """Whether the checkpoint `drafter` (a path or hub id; its config.json read where it is
-    here) is a DFlash 2 drafter."""
-    return drafter is not None and is_dflash2_config(config_dict(drafter) or {})
-
-
 def cpu_port_note(speculative: dict | None) -> str | None:
-    """What serving `speculative` on vLLM's CPU build needs, where it drafts in vLLM's V2 model
-    runner only (DSpark, DFlash 2), which that build lacks; None otherwise."""
+    """What serving `speculative` on vLLM's CPU build needs, where its drafter's family drafts
+    in vLLM's V2 model runner only (DSpark, DFlash 2), which that build lacks; None otherwise."""
     if not speculative:
         return None
-    method = speculative["method"]
-    if method == "dspark" or (method == "dflash" and is_dflash2(speculative.get("model"))):
-        family = "DSpark" if method == "dspark" else "DFlash 2"
-        return (f"vLLM's CPU build drafts {family} only with the project's vLLM plugin (pip install "
-                "infra/vllm/plugin: its V1 port, as measured here on CPU); GPU builds draft it themselves")
-    return None
+    ports = [f.cpu_port(speculative["method"], speculative.get("model")) for f in FAMILIES]
+    family = next((port for port in ports if port), None)
+    if family is None:
+        return None
+    return (f"vLLM's CPU build drafts {family} only with the project's vLLM plugin (pip install "
+            "infra/vllm/plugin: its V1 port, as measured here on CPU); GPU builds draft it themselves")
 
 
 def specsweep_only(config: dict, drafter: str | None = None) -> list[str]:
     """The settings of `config` (on `drafter`, a path or hub id) no serving engine has, as
-    `name value` strings: vLLM's rule (engines.vllm.unserved), and DFlash 2's candidates a
-    slot, which vLLM reads from the checkpoint."""
-    out = []
-    if config.get("draft_top_k") and is_dflash2(drafter):
-        out.append(f"draft_top_k {config['draft_top_k']} (DFlash 2's candidates a slot: its checkpoint's "
-                   "selector_top_k in vLLM)")
-    return out + unserved(config)
+    `name value` strings: each family's (a DFlash 2 slot's candidates, which vLLM reads from
+    the checkpoint), then vLLM's rule (engines.vllm.unserved)."""
+    return [item for family in FAMILIES for item in family.specsweep_only(config, drafter)] + unserved(config)
 
 
 def drafter_serving(kind: PairKind, drafter: str, config: dict) -> dict:
     """{vllm: {speculative_config}, sglang: [flags]} for a drafter of `kind` (a served method)
-    at config's block, or {specsweep_only: [...]} naming what no engine can set."""
+    at config's block, with its family's own vLLM settings, or {specsweep_only: [...]} naming
+    what no engine can set."""
     blocked = specsweep_only(config, drafter)
     if blocked:
         return {"specsweep_only": blocked,
                 "note": "measured with settings vLLM and SGLang do not have; decode it with specsweep"}
     drafts = kind.draft_width(config["block"])
-    speculative = {"method": kind.serving_method, "model": drafter, "num_speculative_tokens": drafts}
-    if kind.serving_method == "dspark" and config.get("draft_top_k"):
-        speculative["dspark_draft_topk"] = config["draft_top_k"]
+    family = family_of(kind)
+    speculative = {"method": kind.serving_method, "model": drafter, "num_speculative_tokens": drafts,
+                   **family.vllm_settings(kind, config)}
     out: dict = {VLLM.section: {"speculative_config": speculative}}
-    if "dspark_draft_topk" in speculative:
-        out["sglang_note"] = "SGLang's DSPARK has no draft top-k"
+    if gap := family.sglang_gap(kind, config):
+        out["sglang_note"] = gap
     elif kind.sglang_algorithm:
         out[SGLANG] = flags(settings(kind.sglang_algorithm, drafter, drafts))
     return out

@@ -21,8 +21,9 @@ import yaml
 from orchestrator.analysis.export import is_export
 from orchestrator.analysis.serving import SGLANG
 from orchestrator.engines import VLLM, engine_of
+from workloads.models.families import pair_kind
 from workloads.models.pair import load_tokenizer
-from workloads.models.pairspec import pair_kind, refs
+from workloads.models.pairspec import refs
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.conformance import Conformance, Decoded, compare, served
 from workloads.serving.load import serve

@@ -14,7 +14,8 @@ from orchestrator.bench.decode import decode_all
 from workloads.decoding import DecodeConfig, decode
 from workloads.decoding.kinds import PairKind
 from workloads.decoding.network import sync
-from workloads.models.pair import DFlashPair, Pair
+from workloads.models.families.dflash import DFlashPair
+from workloads.models.pair import Pair
 
 
 def reference_comparison(pair: DFlashPair, prompts: list[str], block: int, max_new_tokens: int,

@@ -305,7 +305,8 @@ def batch_bench(
     from orchestrator.bench import batch
     from orchestrator.bench.decode import arith
     from workloads.decoding.kinds import DFLASH
-    from workloads.models.pairspec import BUNDLED, pair_kind
+    from workloads.models.families import pair_kind
+    from workloads.models.pairspec import BUNDLED
     from workloads.serving.vllm import vllm_python
 
     sizes = batch.parse_sizes(batch_sizes)

@@ -114,8 +114,9 @@ def _decode_all(pair: str | dict, texts: list[str], cfg, num_samples: int, batch
     from workloads.decoding import decode_batch
     from workloads.decoding.engine import check_texts_fit
     from workloads.models import load_pair
+    from workloads.models.families import pair_kind
     from workloads.models.pair import load_tokenizer
-    from workloads.models.pairspec import max_positions, pair_kind
+    from workloads.models.pairspec import max_positions
 
     pair_kind(pair).check(cfg)  # before any weights load (and print their progress bars)
     if (limit := max_positions(pair)) is not None:  # a local model: every prompt fits before any decodes

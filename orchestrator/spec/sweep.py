@@ -28,7 +28,8 @@ from orchestrator.errors import count_text, did_you_mean, misplaced, shorten
 from orchestrator.spec.serving import ServingSpec, serving_metrics_error, serving_search_error
 from workloads.decoding.config import MAX_SEED, ConfigError, DecodeConfig
 from workloads.decoding.kinds import PairKind
-from workloads.models.pairspec import PairError, pair_kind
+from workloads.models.families import pair_kind
+from workloads.models.pairspec import PairError
 from workloads.tasks import TASKS
 
 # Dimensions of the joint space: DecodeConfig fields, plus δ (`delta`), which is the

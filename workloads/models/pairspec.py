@@ -1,25 +1,15 @@
 """A pair spec read without loading any model: a bundled name or a mapping of local paths /
-hub ids (see workloads.models.pair), its kind, its checkpoints as a serving engine loads them,
-its positions, and whether its local files can be loaded (config.json and safetensors
-headers). What runs before any worker loads a model: spec checks, planning, exports."""
+hub ids (see workloads.models.pair), its checkpoints as a serving engine loads them, its
+positions, and whether its local files can be loaded (config.json and safetensors headers).
+What runs before any worker loads a model: spec checks, planning, exports. Its kind is its
+family's to say (workloads.models.families.pair_kind)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from workloads.decoding.dspark import is_dspark
-from workloads.decoding.eagle3 import is_eagle3
-from workloads.decoding.kinds import (
-    DFLASH,
-    DRAFT_MODEL,
-    DSPARK,
-    EAGLE3,
-    SELF,
-    TWO_MODEL,
-    PairKind,
-    least_positions,
-)
+from workloads.decoding.kinds import least_positions
 
 TOY_DIR = Path(__file__).parent / "toy"
 BUNDLED = {
@@ -60,7 +50,7 @@ def resolve_pair(spec: str | dict) -> tuple[str, dict]:
 def checkpoint_dir(ref: str) -> Path | None:
     """A checkpoint's local directory: the path itself, or a hub id's folder in the local hub
     cache (None when not cached)."""
-    return Path(ref).expanduser() if looks_like_path(ref) else _cached_snapshot(ref)
+    return Path(ref).expanduser() if looks_like_path(ref) else cached_snapshot(ref)
 
 
 def config_dict(ref: str) -> dict | None:
@@ -71,47 +61,6 @@ def config_dict(ref: str) -> dict | None:
         return json.loads((path / "config.json").read_text()) if path is not None else None
     except (OSError, ValueError):
         return None
-
-
-def is_dflash(spec: dict) -> bool:
-    """A DFlash pair: the spec says `profile: {family: dflash}`, or the drafter's config is a
-    DFlash one (a `dflash_config`, or a DFlash architecture); a DSpark drafter is one too,
-    with heads of its own."""
-    if (spec.get("profile") or {}).get("family") == "dflash":
-        return True
-    config = config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
-    return bool(config) and ("dflash_config" in config
-                             or any("DFlash" in a for a in config.get("architectures") or ()))
-
-
-def is_dflash2_config(config: dict) -> bool:
-    """A DFlash 2 drafter's config.json: its convolutions' settings, or a DFlash 2 architecture."""
-    settings = {**config, **(config.get("dflash_config") or {})}
-    return "conv_kernel_size" in settings or any("DFlash2" in a for a in config.get("architectures") or ())
-
-
-def is_eagle3_pair(spec: dict) -> bool:
-    """An EAGLE-3 pair: the drafter's config is an EAGLE-3 one (it names the verifier layers it
-    reads, or an Eagle3 architecture)."""
-    config = config_dict(spec["drafter"]) if isinstance(spec.get("drafter"), str) else None
-    return bool(config) and is_eagle3(config)
-
-
-def is_causal_drafter(spec: dict) -> bool:
-    """A two-model pair whose drafter is autoregressive: `attention: causal` in the spec's
-    profile, else in its checkpoint's `specsweep` block."""
-    attention = (spec.get("profile") or {}).get("attention")
-    if attention is None and isinstance(spec.get("drafter"), str):
-        attention = ((config_dict(spec["drafter"]) or {}).get("specsweep") or {}).get("attention")
-    return attention == "causal"
-
-
-def check_dflash_config(ref: str, config: dict) -> None:
-    """A DFlash drafter's config.json counts the verifier's layers (`num_target_layers`, which
-    the dflash package's model reads whatever else it says); a standalone drafter's does not."""
-    if "num_target_layers" not in config:
-        raise PairError(f"pair.drafter: {ref} is not a DFlash drafter (its config.json has no "
-                        "num_target_layers); a standalone drafter takes no profile.family: dflash")
 
 
 # bits per element of each safetensors dtype
@@ -161,7 +110,7 @@ def check_model_dir(field: str, path: Path) -> None:
                             f"{8 + length + end}); copy it again")
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
+def cached_snapshot(repo_id: str) -> Path | None:
     """The folder of `repo_id` in the local hub cache, or None (not cached or not a repo id)."""
     from huggingface_hub import try_to_load_from_cache
 
@@ -170,39 +119,6 @@ def _cached_snapshot(repo_id: str) -> Path | None:
     except ValueError:  # not a valid repo id: the loader names it
         return None
     return Path(found).parent if isinstance(found, str) else None
-
-
-def pair_kind(spec: str | dict) -> PairKind:
-    """The kind of a pair spec (workloads.decoding.kinds), checked without loading any weights:
-    local paths, and hub ids already in the local hub cache, must be loadable model directories
-    (`check_model_dir`) and a DFlash drafter's config a DFlash one (`check_dflash_config`);
-    other hub ids are checked when loaded."""
-    _, spec = resolve_pair(spec)
-    keys = set(spec) - {"name", "profile", *OPTIONS}
-    if keys not in ({"model"}, {"drafter", "verifier"}):
-        raise PairError(
-            f"pair: expected keys {{drafter, verifier}} or {{model}}, got {{{', '.join(sorted(keys))}}}")
-    for field in sorted(keys):
-        ref = spec[field]
-        if not isinstance(ref, str) or not ref:
-            raise PairError(f"pair.{field}: expected a local path or hub id, got {ref!r}")
-        if looks_like_path(ref):
-            if not (Path(ref).expanduser() / "config.json").is_file():
-                raise PairError(f"pair.{field}: {ref} is not a model directory (no config.json there)")
-            check_model_dir(field, Path(ref).expanduser())
-        elif (cached := _cached_snapshot(ref)) is not None:
-            check_model_dir(field, cached)
-    if keys == {"model"}:
-        return SELF
-    if is_eagle3_pair(spec):
-        return EAGLE3
-    if not is_dflash(spec):
-        return DRAFT_MODEL if is_causal_drafter(spec) else TWO_MODEL
-    if (config := config_dict(spec["drafter"])) is not None:
-        check_dflash_config(spec["drafter"], config)
-        if is_dspark(config):
-            return DSPARK
-    return DFLASH
 
 
 def refs(spec: str | dict) -> dict[str, str]:

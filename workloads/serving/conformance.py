@@ -160,7 +160,8 @@ def reference_method(pair, method: str | None, draft_tokens: int) -> str:
     """The vLLM method `conform` holds to specsweep's replay on `pair` (a name or spec): `method`,
     or the pair's drafter's method by default; ServingError naming the option when the pair has
     no reference for it or cannot draft `draft_tokens`."""
-    from workloads.models.pairspec import check_drafts, pair_kind
+    from workloads.models.families import pair_kind
+    from workloads.models.pairspec import check_drafts
 
     kind = pair_kind(pair)
     if method not in (None, "ngram", kind.serving_method):

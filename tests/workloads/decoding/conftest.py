@@ -4,7 +4,9 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from workloads.models.pair import DiffusionProfile, SelfPair, TwoModelPair
+from workloads.models.families.selfspec import SelfPair
+from workloads.models.families.twomodel import TwoModelPair
+from workloads.models.profiles import DiffusionProfile
 from workloads.models.tokenizer import build_char_tokenizer
 from workloads.models.toy_train import model_config
 

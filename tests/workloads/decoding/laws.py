@@ -24,7 +24,9 @@ from types import SimpleNamespace
 import torch
 
 from tests.workloads.decoding.stubs import TOK, StubModule, V
-from workloads.models.pair import DiffusionProfile, SelfPair, TwoModelPair
+from workloads.models.families.selfspec import SelfPair
+from workloads.models.families.twomodel import TwoModelPair
+from workloads.models.profiles import DiffusionProfile
 
 MASK = TOK.mask_token_id
 A, B = TOK.convert_tokens_to_ids(["0", "1"])

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from workloads.models.pair import DiffusionProfile, TwoModelPair
+from workloads.models.families.twomodel import TwoModelPair
+from workloads.models.profiles import DiffusionProfile
 from workloads.models.tokenizer import build_char_tokenizer
 
 TOK = build_char_tokenizer()

@@ -16,8 +16,9 @@ from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.config import ConfigError
 from workloads.decoding.dspark import MarkovHead, markov_chain
 from workloads.decoding.kinds import DFLASH, DRAFT_MODEL, DSPARK, EAGLE3, TWO_MODEL
-from workloads.models.pair import PairError, load_pair
-from workloads.models.pairspec import BUNDLED, pair_kind
+from workloads.models.families import pair_kind
+from workloads.models.pair import load_pair
+from workloads.models.pairspec import BUNDLED, PairError
 from workloads.tasks import get_task
 
 CHAINS = ["toy-eagle3", "toy-draft", "toy-dspark"]

@@ -12,7 +12,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from workloads.decoding import DecodeConfig, decode, decode_batch
 from workloads.decoding.dflash import FeatureTap
-from workloads.models.pair import DFlashPair, check_dflash_fit
+from workloads.models.families.dflash import DFlashPair, check_dflash_fit
 from workloads.models.pairspec import PairError
 from workloads.models.profiles import resolve
 from workloads.models.tokenizer import build_char_tokenizer

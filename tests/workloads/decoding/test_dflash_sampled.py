@@ -18,7 +18,8 @@ from scipy.stats import chisquare
 
 from workloads.decoding import DecodeConfig, decode_batch, is_exact
 from workloads.decoding.sampling import distribution
-from workloads.models.pair import DFlashPair, load_pair
+from workloads.models.families.dflash import DFlashPair
+from workloads.models.pair import load_pair
 
 pytestmark = pytest.mark.slow  # sampled joint-law harness: thousands of decodes per case
 

@@ -15,7 +15,8 @@ from workloads.decoding.engine import draft_settings
 from workloads.decoding.masks import additive, packed
 from workloads.decoding.rows import Rows
 from workloads.models import load_pair
-from workloads.models.pair import DiffusionProfile, SelfPair
+from workloads.models.families.selfspec import SelfPair
+from workloads.models.profiles import DiffusionProfile
 from workloads.tasks import get_task
 
 SCHEDULES = ("linear", "packed", "quadratic")

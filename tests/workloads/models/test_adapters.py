@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from workloads.decoding import DecodeConfig, decode
-from workloads.models import pair as pair_module
+from workloads.models import loading as pair_module
 from workloads.models.pair import load_pair
 from workloads.models.pairspec import PairError
 from workloads.models.tokenizer import build_char_tokenizer
@@ -244,7 +244,7 @@ class IdsOnly(torch.nn.Module):
 
 
 def test_own_attention_drafters_get_input_ids_only(checkpoints):
-    from workloads.models.pair import TwoModelPair
+    from workloads.models.families.twomodel import TwoModelPair
     from workloads.models.profiles import FAMILIES, resolve
 
     base = load_pair(

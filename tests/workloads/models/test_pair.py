@@ -1,7 +1,9 @@
 import pytest
 from transformers import LlamaForCausalLM
 
-from workloads.models.pair import SelfPair, TwoModelPair, load_pair
+from workloads.models.families.selfspec import SelfPair
+from workloads.models.families.twomodel import TwoModelPair
+from workloads.models.pair import load_pair
 from workloads.models.pairspec import PairError
 from workloads.models.tokenizer import build_char_tokenizer
 from workloads.models.toy_train import model_config
