@@ -13,6 +13,7 @@ run's per-prompt records (`RECORDS`, read back by `logged_records`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import sqlite3
 from pathlib import Path
@@ -23,18 +24,30 @@ class StoreError(ValueError):
 
 
 def store_client(uri: str):
-    """An MlflowClient of `uri`, once `check_store` passes."""
+    """An MlflowClient of `uri`, once `check_store` passes. A sqlite store is opened under a
+    lock beside it (`<store>.lock`): opening one creates and migrates its tables, and two
+    sweeps doing that at once on one new store collide (sqlite: duplicate column name)."""
     from mlflow.tracking import MlflowClient
 
     check_store(uri)
-    return MlflowClient(tracking_uri=uri)
+    path = sqlite_path(uri)
+    if path is None or not path.parent.is_dir():
+        return MlflowClient(tracking_uri=uri)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        return MlflowClient(tracking_uri=uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a `sqlite:///` store, or None for any other store."""
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0]) if uri.startswith("sqlite:///") else None
 
 
 def check_store(uri: str) -> None:
     """For a sqlite store that exists, a StoreError naming the file unless sqlite reads it
     whole (`PRAGMA quick_check`): a truncated or overwritten store otherwise fails deep inside
     SQLAlchemy, in a traceback. Creates nothing."""
-    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0]) if uri.startswith("sqlite:///") else None
+    path = sqlite_path(uri)
     if path is not None and path.is_file():
         try:
             with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:

@@ -35,6 +35,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from orchestrator.files import write_atomic  # noqa: E402
 from orchestrator.stored import (  # noqa: E402
     RECORDS,  # noqa: E402
+    sqlite_path,
     store_client,
 )
 
@@ -81,8 +82,8 @@ def _check_store_path(uri: str) -> None:
     folder, removed at once, since permission bits do not tell (root, read-only mounts)."""
     import tempfile
 
-    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
-    if path.name in ("", ":memory:"):
+    path = sqlite_path(uri)
+    if path is None or path.name in ("", ":memory:"):
         return
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
