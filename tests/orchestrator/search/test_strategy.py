@@ -125,6 +125,14 @@ CASES = [(name, racing, False) for name in STRATEGIES for racing in (False, True
          if not (racing and name == "multifidelity")] + [("multifidelity", False, True)]
 
 
+def test_the_spec_names_exactly_the_registered_strategies():
+    from typing import get_args
+
+    from orchestrator.spec.sweep import SearchSpec
+
+    assert set(get_args(SearchSpec.model_fields["sampler"].annotation)) == set(STRATEGIES)
+
+
 def test_every_registered_strategy_is_in_the_contract():
     assert {name for name, _, _ in CASES} == set(STRATEGIES)
     assert {type(for_sweep(sweep_of(*case))).__name__ for case in CASES if case[0] == "multifidelity"} == {
