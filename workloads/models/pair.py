@@ -40,5 +40,5 @@ def load_tokenizer(spec: str | dict) -> PreTrainedTokenizerBase:
 def load_pair(spec: str | dict) -> Pair:
     """Load a bundled pair by name or a pair spec (see module docstring), as its family loads it."""
     name, spec = resolve_pair(spec)
-    family, kind = detect(spec)
-    return family.load(name, spec, kind, options_of(spec), device_of(spec))
+    family, _ = detect(spec)
+    return family.load(name, spec, options_of(spec), device_of(spec))

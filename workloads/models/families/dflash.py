@@ -133,7 +133,7 @@ class DFlashFamily(Family):
                 return DSPARK
         return DFLASH
 
-    def load(self, name: str, spec: dict, kind: PairKind, options: dict, device) -> DFlashPair:
+    def load(self, name: str, spec: dict, options: dict, device) -> DFlashPair:
         verifier, vtok = load_model("verifier", spec["verifier"], options, device)
         drafter = load_dflash(spec["drafter"], verifier, options, device)
         declared = {"family": "dflash", "mask_token_id": drafter.mask_token_id}

@@ -61,7 +61,7 @@ class Eagle3Family(Family):
     def kind_of(self, keys: set[str], spec: dict) -> PairKind | None:
         return EAGLE3 if keys == {"drafter", "verifier"} and is_eagle3_pair(spec) else None
 
-    def load(self, name: str, spec: dict, kind: PairKind, options: dict, device) -> Eagle3Pair:
+    def load(self, name: str, spec: dict, options: dict, device) -> Eagle3Pair:
         verifier, vtok = load_model("verifier", spec["verifier"], options, device)
         drafter = load_eagle3(spec["drafter"], verifier, device)
         # an autoregressive chain: each row predicts the next token, and no mask is drawn

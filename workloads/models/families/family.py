@@ -20,8 +20,9 @@ class Family:
         this family's, else None."""
         raise NotImplementedError
 
-    def load(self, name: str, spec: dict, kind: PairKind, options: dict, device):
-        """The pair of `kind` this spec names, loaded (a PairError in one line when it cannot)."""
+    def load(self, name: str, spec: dict, options: dict, device):
+        """The pair this spec names, loaded (a PairError in one line when it cannot); its
+        kind is the loaded pair's (`kind_of` reads the same from the spec without loading)."""
         raise NotImplementedError
 
     def vllm_settings(self, kind: PairKind, config: dict) -> dict:

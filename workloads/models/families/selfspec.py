@@ -28,6 +28,6 @@ class SelfSpec(Family):
     def kind_of(self, keys: set[str], spec: dict) -> PairKind | None:
         return SELF if keys == {"model"} else None
 
-    def load(self, name: str, spec: dict, kind: PairKind, options: dict, device) -> SelfPair:
+    def load(self, name: str, spec: dict, options: dict, device) -> SelfPair:
         model, tok = load_model("model", spec["model"], options, device)
         return SelfPair(name, model, tok, profile_of("model", model, tok, spec.get("profile")))

@@ -53,7 +53,7 @@ class TwoModel(Family):
             return None
         return DRAFT_MODEL if is_causal_drafter(spec) else TWO_MODEL
 
-    def load(self, name: str, spec: dict, kind: PairKind, options: dict, device) -> TwoModelPair:
+    def load(self, name: str, spec: dict, options: dict, device) -> TwoModelPair:
         verifier, vtok = load_model("verifier", spec["verifier"], options, device)
         drafter, dtok = load_model("drafter", spec["drafter"], options, device)
         only_drafter = check_tokenizers(dtok, vtok)
