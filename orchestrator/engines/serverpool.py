@@ -152,14 +152,20 @@ class Serving:
     def __init__(self, worker):
         self.worker = worker
         self.pool: ServerPool | None = None
+        self.tokenizers: dict = {}  # pair -> its tokenizer, loaded on the pair's first shard
 
-    def measure(self, shard: Shard, items: list) -> dict:
+    def tokenizer(self, pair: str):
         from workloads.models.pair import load_tokenizer
 
+        if pair not in self.tokenizers:
+            self.tokenizers[pair] = load_tokenizer(self.worker.pair_specs[pair])
+        return self.tokenizers[pair]
+
+    def measure(self, shard: Shard, items: list) -> dict:
         worker = self.worker
         if self.pool is None:
             self.pool = ServerPool(worker.pair_specs, None if worker.logs is None else Path(worker.logs))
-        tokenizer = load_tokenizer(worker.pair_specs[shard.pair])
+        tokenizer = self.tokenizer(shard.pair)
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
         restarts = self.pool.restarts
         records, controls, started, report = serve_shard(self.pool, shard.pair, shard.config, shard.control,
