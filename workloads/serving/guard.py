@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 GRACE_S = 3  # for the server to stop its engine processes itself (it often does not)
 
@@ -46,6 +47,20 @@ def _fork_watchdog(leader: int) -> int:
     return pid
 
 
+def _wait_for(pid: int, seconds: float) -> None:
+    """Reap `pid` or let `seconds` pass, whichever comes first. Not `Popen.wait`: called from a
+    signal handler that interrupted `main`'s own `server.wait()`, which holds the Popen's wait
+    lock, so a timed `wait` there could never take it and always ran out its full timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:  # reaped already
+            return
+        time.sleep(0.02)
+
+
 def main() -> int:
     _signal_on_parent_death()
     if os.getppid() == 1:  # the parent died before the request above took effect
@@ -63,8 +78,7 @@ def main() -> int:
 
     def stop(signum, frame):
         server.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(GRACE_S)
+        _wait_for(server.pid, GRACE_S)
         _kill_group()
 
     signal.signal(signal.SIGTERM, stop)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.needs_vllm import needs_vllm
 
@@ -86,3 +87,24 @@ def test_a_guard_killed_outright_still_takes_down_its_server():
     while _alive(group) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _alive(group)
+
+
+def test_a_server_that_stops_on_sigterm_is_not_held_for_the_whole_grace():
+    """The guard waits for its server at most GRACE_S after SIGTERM, and no longer than the
+    server takes to exit: its wait runs in a signal handler that interrupted the guard's own
+    wait on the server, so it must not wait on the same Popen (whose lock that wait holds)."""
+    from workloads.serving.guard import GRACE_S
+
+    guard = Path(__file__).parents[3] / "workloads" / "serving" / "guard.py"
+    child = "import time; print('up', flush=True); time.sleep(600)"  # exits at once on SIGTERM
+    process = subprocess.Popen([sys.executable, str(guard), sys.executable, "-c", child],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stdout.readline().strip() == "up"
+    began = time.monotonic()
+    process.terminate()
+    process.wait(30)
+    assert time.monotonic() - began < GRACE_S / 2
+    deadline = time.monotonic() + 10  # the group's last member (the watchdog) reaped by init
+    while _alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(process.pid)
