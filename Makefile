@@ -52,12 +52,17 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 	@echo "docs: open $(CURDIR)/.site/index.html in a browser (or $(VENV)/bin/mkdocs serve)"
 
-test: lint docs vllm
-	$(PY) -m pytest -q
+# The two venvs install side by side (each mostly waits on unpacking wheels), then the suite
+# in two processes, a test file to each at a time (a file's module fixtures are built once):
+# much of a real-process test is waiting on a server or a Ray head, which the other fills.
+PYTEST_PROCESSES ?= 2
+test:
+	$(MAKE) -j2 lint docs vllm
+	$(PY) -m pytest -q -n $(PYTEST_PROCESSES) --dist loadfile
 
 # The inner loop: everything but the tests marked slow (real sweeps, clusters, simulations).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_PROCESSES) --dist loadfile
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .site

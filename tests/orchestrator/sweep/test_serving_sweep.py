@@ -32,12 +32,21 @@ from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, vllm_python
 pytestmark = needs_vllm
 
 
-def _engines() -> set[str]:
-    return set(subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split())
+def _engines(logs: Path) -> set[str]:
+    """The vLLM engine processes of the servers logging under `logs` (each server's processes
+    carry their log folder in their environment), not another test's running beside this one."""
+    found = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split()
+    marks = {f"SPECSWEEP_VLLM_REPORT={folder}/".encode() for folder in (logs, os.path.realpath(logs))}
+    mine = set()
+    for pid in found:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+            environment = f.read()
+            if any(mark in environment for mark in marks):
+                mine.add(pid)
+    return mine
 
 
 def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path, ray_head):
-    before = _engines()
     data = {**GOOD, "name": "served", "pairs": ["toy-dflash"], "task": {"name": "arith", "limit": 4},
             "space": {"engine": ["vllm"], "method": ["none", "dflash"], "num_speculative_tokens": [3],
                       "concurrency": [2], "max_new_tokens": 16},
@@ -50,9 +59,10 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path, ray_he
                                  "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     deadline = time.monotonic() + 15
-    while _engines() - before and time.monotonic() < deadline:
+    logs = tmp_path / ".specsweep" / "served" / "logs"
+    while _engines(logs) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _engines() - before  # the workers' servers left no engine process behind
+    assert not _engines(logs)  # the workers' servers left no engine process behind
     assert not list((tmp_path / ".specsweep" / "served" / "logs").glob("vllm-*"))  # nor a log folder
     assert "dflash n=3" in result.output and "2/2 trials, failed 0" in result.output
     assert "x the speed of vLLM without speculation" in result.output.replace("\n", " ")  # per concurrency
