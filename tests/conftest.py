@@ -60,3 +60,11 @@ def ray_head():
         with contextlib.suppress(ProcessLookupError):  # whatever of the head outlived its driver
             os.killpg(helper.pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items):
+    """Test files holding a slow (real-process) test run first, each file's tests in their own
+    order: in several pytest processes, a long file taken last holds the run up while the other
+    processes have nothing left to take."""
+    heavy = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: files stay whole and in order
