@@ -367,6 +367,8 @@ def supervised(server: VllmServer, work: Callable[[], T], say: Callable[[str], N
     log. Every command that talks to vLLM outside a sweep runs its loads through this (a sweep's
     shard is retried by the sweep)."""
     if not server.alive():
+        if server.process is not None:  # it served and died since: its log says why, so keep it
+            server.troubled = True
         say(f"vLLM server on port {server.port} is not serving; starting it again")
         server.restart()
     try:
