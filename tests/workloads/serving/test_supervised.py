@@ -77,6 +77,26 @@ def test_a_killed_engine_core_costs_one_restart_and_the_load_is_served_again(ser
     assert lost.startswith(str(server.dir.parent))
 
 
+def test_a_server_found_dead_before_a_load_is_started_again_and_keeps_its_log(server, arith):
+    """Its engine core killed between two loads: the next load finds it not serving, starts it
+    again, and the dead server's log (which says why it died) stays, as a lost one's does."""
+    if not server.alive():
+        server.restart()
+    _, _, ids = arith
+    dead = server.log
+    for pid in _engine_cores(server.process.pid):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while server.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    said: list[str] = []
+    restarts = server.restarts
+    served, _ = supervised(server, lambda: serve(server, ids[:2], DFLASH), said.append)
+    assert server.restarts == restarts + 1 and len(served) == 2
+    assert len(said) == 1 and "is not serving; starting it again" in said[0]
+    assert dead.is_file() and server.log != dead
+
+
 def test_a_frozen_engine_is_lost_within_its_deadline_and_twice_is_one_line(server, arith, monkeypatch):
     """SIGSTOP of the engine core: /health still answers, no token comes; the request's deadline
     (here 5 s + 0.01 s a token a slot) ends it, the server is stopped and started again; frozen
