@@ -324,11 +324,14 @@ class VllmServer:
 
     def stop(self) -> None:
         """Stop the server and every process it started (its process group); remove its log
-        folder unless it failed to start or was lost (its errors name that log)."""
+        folder unless it failed to start, was lost, or had stopped serving before this stop
+        (its errors, and a found-dead server's log, say why)."""
         if self.process is None:
             if not self.troubled:
                 shutil.rmtree(self.dir, ignore_errors=True)
             return
+        if not self.alive():
+            self.troubled = True
         if self.process.poll() is None:
             self.process.terminate()  # the guard stops the server, then kills the group
             try:
@@ -367,8 +370,6 @@ def supervised(server: VllmServer, work: Callable[[], T], say: Callable[[str], N
     log. Every command that talks to vLLM outside a sweep runs its loads through this (a sweep's
     shard is retried by the sweep)."""
     if not server.alive():
-        if server.process is not None:  # it served and died since: its log says why, so keep it
-            server.troubled = True
         say(f"vLLM server on port {server.port} is not serving; starting it again")
         server.restart()
     try:
