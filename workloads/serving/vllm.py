@@ -189,6 +189,7 @@ class VllmServer:
                 break
             except _PortTaken:
                 self.stop()
+                self.troubled = False  # a taken port is retried, not a fault: the next start decides
                 if attempt + 1 == PORT_TRIES:
                     self.troubled = True
                     raise EngineFailure(f"engine: vllm found {PORT_TRIES} ports taken in a row (log: "
