@@ -101,6 +101,11 @@ class EngineSettings:
     def environment(self) -> dict[str, str]:
         return {"SPECSWEEP_VLLM_WORKAROUND": "on" if self.workaround else "off"}
 
+    @property
+    def draft_tokens(self) -> int | None:
+        """The draft length it starts with (num_speculative_tokens), None without speculation."""
+        return None if self.speculative is None else json.loads(self.speculative)["num_speculative_tokens"]
+
     @classmethod
     def of(cls, checkpoints: dict[str, str], config: ServingConfig) -> EngineSettings:
         """A server for `config` over a pair's checkpoints (`verifier`, and `drafter` where it
@@ -152,8 +157,12 @@ class VllmServer:
     """One vLLM OpenAI server on a loopback port; `start` waits until it serves and identifies
     it; a load that finds it dead or frozen stops it (`lose`), and `supervised` starts it again."""
 
-    def __init__(self, settings: EngineSettings, log_dir: Path | None = None):
+    def __init__(self, settings: EngineSettings, log_dir: Path | None = None, resident: bool = False):
         self.settings = settings
+        # resident: it drafts the length `draft` sets, any k up to its settings' n, from the next
+        # load on (the plugin's run-time draft length), so one start times every k
+        self.resident = resident and settings.draft_tokens is not None
+        self.draft_tokens = settings.draft_tokens
         self._port(free_port())
         self._folder(log_dir)
         self.process: subprocess.Popen | None = None
@@ -162,8 +171,8 @@ class VllmServer:
         self.engine_args: dict | None = None  # the non-default arguments it logged (served.logged_args)
         self.start_s = 0.0
         self.restarts = 0  # starts after a loss (`supervised`)
-        # the load shapes (concurrency, request rate) it has served an untimed load at
-        self.warmed: set[tuple[int, float | None]] = set()
+        # the load shapes (`shape`) it has served an untimed load at
+        self.warmed: set[tuple] = set()
 
     def _folder(self, parent: Path | None) -> None:
         """A log folder of its own (the system's temporary directory without `parent`)."""
@@ -199,14 +208,48 @@ class VllmServer:
         self.__dict__.pop("lost", None)  # set by `lose`, once a life
         return self.start_s
 
+    def shape(self, config: ServingConfig) -> tuple:
+        """A load's shape for warming (load.warm): its concurrency, its request rate and the
+        draft length the server drafts now (each sizes the steps' batches differently)."""
+        return config.concurrency, config.request_rate, self.draft_tokens
+
+    def draft(self, k: int) -> None:
+        """Draft k tokens a step from the next load on (never call it during one). Only a
+        resident server drafts another k than its n; ServingError for a k above n."""
+        if k == self.draft_tokens:
+            return
+        n = self.settings.draft_tokens
+        if not self.resident or not 1 <= k <= n:
+            raise ServingError(f"spec: draft length {k}: the server drafts 1 to {n} tokens "
+                               + ("(started with num_speculative_tokens {n})" if self.resident
+                                  else "(it was not started resident)").format(n=n))
+        self._write_draft(k)
+        self.draft_tokens = k
+
+    def _write_draft(self, k: int) -> None:
+        """The file the plugin's scheduler reads k from, replaced whole (it reads at each step)."""
+        file = self.dir / "draft_tokens"
+        file.with_suffix(".new").write_text(str(k))
+        os.replace(file.with_suffix(".new"), file)
+
+    def drafted(self) -> int | None:
+        """The draft length the plugin's scheduler last applied, as its report says (None: not
+        resident, or no step scheduled yet)."""
+        report = self.dir / "report.json"
+        return json.loads(report.read_text()).get("draft_tokens") if report.is_file() else None
+
     def _start(self, timeout: float) -> None:
         env = {**os.environ, **CPU_ENV, **QUIET_ENV, **self.settings.environment(),
                "SPECSWEEP_VLLM_REPORT": str(self.dir / "report.json")}
+        if self.resident:
+            env["SPECSWEEP_VLLM_DRAFT_FILE"] = str(self.dir / "draft_tokens")
         python = str(vllm_python())
         command = [python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server", "--host",
                    "127.0.0.1", "--port", str(self.port), *self.settings.arguments()]
         began = time.perf_counter()
         self.dir.mkdir(parents=True, exist_ok=True)  # a clean `stop` before a retry removed it
+        if self.resident:  # a restarted server drafts the k it drafted before
+            self._write_draft(self.draft_tokens)
         with open(self.log, "w") as log:  # the guard leads a new process group: the server and its engine
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
@@ -230,6 +273,11 @@ class VllmServer:
                 self.engine_args = logged_args(self.log.read_text(errors="replace"))
                 report = self.dir / "report.json"
                 self.report = json.loads(report.read_text()) if report.is_file() else {}
+                if self.resident and not self.report.get("runtime_draft"):
+                    self.stop()
+                    self.troubled = True
+                    raise ServingError("engine: the vLLM plugin did not take the draft length at run time "
+                                       f"(an older plugin?); {SETUP} (log: {self.log})")
                 return
             time.sleep(0.5)
         self.stop()

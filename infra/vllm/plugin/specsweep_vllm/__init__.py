@@ -12,7 +12,9 @@ layer with that layer's weight, which is what the stacked call means, unless
 written as JSON to the file `SPECSWEEP_VLLM_REPORT` names, for the run to log.
 
 On CPU it also lets the V1 model runner draft DSpark and DFlash 2, which vLLM drafts only in its
-V2 runner (v1_drafters), unless the same switch is off.
+V2 runner (v1_drafters), unless the same switch is off. Where `SPECSWEEP_VLLM_DRAFT_FILE` is
+set, the scheduler takes its draft length from that file (runtime_draft), so one server times
+every draft length up to the one it started with.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ def register() -> None:
         from specsweep_vllm import v1_drafters
 
         v1_drafters.install()
+    if os.environ.get("SPECSWEEP_VLLM_DRAFT_FILE"):
+        from specsweep_vllm import runtime_draft
+
+        runtime_draft.install(os.environ["SPECSWEEP_VLLM_DRAFT_FILE"])
     record(rms_norm_row_zero_defect=defect, workaround=allowed, patched=patched)
 
 
@@ -83,5 +89,6 @@ def record(**fields) -> None:
     if os.path.isfile(path):
         with open(path) as f:
             report = json.load(f)
-    with open(path, "w") as f:
+    with open(f"{path}.{os.getpid()}", "w") as f:  # renamed into place: a reader never sees half of it
         json.dump(report | fields, f)
+    os.replace(f"{path}.{os.getpid()}", path)
