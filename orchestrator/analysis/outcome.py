@@ -44,6 +44,7 @@ def trial_outcome(results: list[dict], ar: list[dict] | None, seed: int,
     if any("engine_start_s" in out for out in results):  # serving engines started for this trial
         metrics["engine_start_s"] = sum(out.get("engine_start_s", 0.0) for out in results)
         metrics["engine_restarts"] = sum(out.get("engine_restarts", 0) for out in results)
+        metrics["engine_starts"] = sum(out.get("engine_starts", 0) for out in results)
     metrics["warmup_decodes"] = sum(out.get("warmup", 0) for out in results)
     metrics["engine_s"] = engine_seconds(results)
     control = None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+from pathlib import Path
+
 import optuna
 
 from orchestrator.analysis.frontier import default_reference, frontier_trials, hypervolume, tied
@@ -97,6 +101,30 @@ def sweep_cost(study) -> dict[str, float]:
             "stopped_prompt_decodes": float(sum(t.user_attrs.get(STOPPED, 0) for t in trials))}
 
 
+def server_starts(shards: Path) -> int:
+    """The serving-engine servers a sweep started for the shards it measured, restarts
+    included: the sum of `engine_starts` over its shard cache (`shards`, one JSON file a shard)."""
+    starts = 0
+    for path in shards.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):  # an unreadable entry is measured again
+            starts += int(json.loads(path.read_text()).get("engine_starts", 0))
+    return starts
+
+
+def status_json(spec, study, shards: Path) -> dict:
+    """`specsweep status --json`: the trials by state (interrupted apart from failed), what the
+    sweep cost (sweep_cost's engine-seconds, and `server_starts`)."""
+    trials = study.get_trials(deepcopy=False)
+    interrupted = sum(t.state == optuna.trial.TrialState.FAIL and bool(t.user_attrs.get("interrupted"))
+                      for t in trials)
+    states = {state.name.lower(): sum(t.state == state for t in trials) for state in optuna.trial.TrialState}
+    states["fail"] -= interrupted
+    cost = sweep_cost(study)
+    return {"sweep": spec.name, "trials": {**states, "interrupted": interrupted},
+            "engine_seconds": round(cost["engine_s"], 3), "server_starts": server_starts(shards),
+            "prompt_decodes": int(cost["prompt_decodes"])}
+
+
 def fidelity_lines(trials: list, metric: str) -> list[str]:
     """What a multi-fidelity search measured and predicted: candidates profiled untimed,
     timed on every prompt, stopped; and, for those timed that had no timed prompt before
@@ -148,7 +176,7 @@ def all_failed(study) -> str | None:
             f"{failed[0].user_attrs['error']}")
 
 
-def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) -> list[str]:
+def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0, starts: int = 0) -> list[str]:
     """`specsweep status`: trial counts by state, baselines, frontier size and hypervolume,
     timing drift, worker hardware, where the MLflow runs are."""
     lines = []
@@ -176,7 +204,8 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0) ->
     raced = (f"; {cost['stopped_prompt_decodes']:.0f} of them on trials racing stopped"
              if stopped and not untimed else "")
     lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding, "
-                 f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})")
+                 f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})"
+                 + (f", {starts} server starts" if served else ""))
     found = sorted(baselines(study).items())
     if found:
         lines.append("baselines (timed once, before the trials; a trial's ratio is against the controls "

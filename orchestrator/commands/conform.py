@@ -31,6 +31,11 @@ def conform(
                                           "top k (vLLM's dspark_draft_topk; specsweep's draft_top_k)."),
     workaround: bool = typer.Option(True, help="Let the vLLM plugin work around the kernel defect it finds "
                                     "(--no-workaround shows what stock vLLM does)."),
+    resident: int = typer.Option(None, min=1, help="Serve from a server started at this "
+                                 "num_speculative_tokens drafting --draft-tokens at run time, held also to a "
+                                 "server started at --draft-tokens: same decoding, and a speed ratio whose "
+                                 "interval contains 1.", **OPT),
+    blocks: int = typer.Option(4, min=2, help="With --resident: timed blocks A B B A for the speed ratio."),
 ) -> None:
     """Check that vLLM decodes a configuration as specsweep's engine does: on every prompt the
     same greedy tokens and the same drafts, drafted and accepted tokens; a diff per prompt
@@ -38,13 +43,17 @@ def conform(
     from orchestrator.commands.decode import read_prompts
     from workloads.models.pair import load_pair
     from workloads.models.pairspec import refs
-    from workloads.serving.config import ServingConfig
-    from workloads.serving.conformance import check, reference_method
-    from workloads.serving.vllm import EngineSettings, VllmServer, vllm_python
+    from workloads.serving import resident as residency
+    from workloads.serving.config import ServingConfig, ServingError
+    from workloads.serving.conformance import reference_method, run
+    from workloads.serving.vllm import EngineSettings, vllm_python
     from workloads.tasks import get_task
     from workloads.tasks.prompts import format_prompt
 
     method = reference_method(pair, method, draft_tokens)
+    if resident is not None and resident < draft_tokens:
+        raise ServingError(f"--resident: {resident} is below --draft-tokens {draft_tokens}; a resident "
+                           "server drafts at most the num_speculative_tokens it started with")
     vllm_python()  # set up, before the pair loads
     config = ServingConfig(method=method, num_speculative_tokens=draft_tokens, max_new_tokens=max_new_tokens,
                            dspark_draft_topk=dspark_draft_topk)
@@ -54,18 +63,14 @@ def conform(
         source = get_task(task, data)
         texts = [format_prompt(source, e) for e in source.examples("test", n=limit)]
     settings = dataclasses.replace(EngineSettings.of(refs(pair), config), workaround=workaround)
-    server = VllmServer(settings, log_dir=LOGS.resolve())  # errors name the log wherever run from
-    typer.echo(f"starting vLLM: {settings.model} with {settings.speculative}", err=True)
     loaded = load_pair(pair)
-    try:
-        started = server.start()
-        typer.echo(f"vLLM serving after {started:.0f} s; {len(texts)} prompts in both engines", err=True)
-        began = time.perf_counter()
-        result = check(loaded, server, texts, config)
-    finally:
-        server.stop()
+    began = time.perf_counter()
+    say = lambda said: typer.echo(said, err=True)  # noqa: E731
+    if resident is not None:
+        result = residency.check(loaded, texts, config, settings, resident, blocks, LOGS.resolve(), say)
+    else:  # errors name the log folder wherever it is run from
+        result = run(loaded, texts, config, settings, LOGS.resolve(), say)
     typer.echo(f"{pair}, {len(texts)} prompts, {time.perf_counter() - began:.0f} s")
-    for line in result.lines():
-        typer.echo(line)
+    typer.echo("\n".join(result.lines()))
     if not result.passed:
         raise typer.Exit(1)

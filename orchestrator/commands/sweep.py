@@ -239,13 +239,21 @@ def status(
     reference: str = typer.Option(
         "worst", "--reference", help="Hypervolume reference: worst | ar | ar:PAIR."
     ),
+    as_json: bool = typer.Option(False, "--json", help="Trials by state, engine_seconds and server_starts "
+                                 "as one JSON object."),
 ) -> None:
-    """Trials finished, failed and in flight; baselines; frontier size; where results are."""
-    from orchestrator.analysis.summary import status_lines
+    """Trials finished, failed and in flight; baselines; frontier size; what it cost (engine-seconds,
+    serving-engine server starts); where results are."""
+    from orchestrator.analysis.summary import server_starts, status_json, status_lines
     from orchestrator.sweep.study import journal_cut, load_sweep, state_dir
 
     spec, study = load_sweep(root, name)
-    for line in status_lines(spec, study, reference, journal_cut(state_dir(root, name))):
+    if as_json:
+        typer.echo(json.dumps(status_json(spec, study, state_dir(root, name) / "shards")))
+        return
+    shards = state_dir(root, name) / "shards"
+    cut = journal_cut(state_dir(root, name))
+    for line in status_lines(spec, study, reference, cut, server_starts(shards)):
         typer.echo(line)
 
 

@@ -70,6 +70,11 @@ class Engine:
         """The configuration timed beside a trial of `config` (`ar`: the sweep's, if any)."""
         raise NotImplementedError
 
+    def draft_ceiling(self, dims: dict[str, list]) -> int | None:
+        """The draft length a served trial's server starts at when it drafts each trial's at
+        run time (Shard.draft_ceiling), from the space's values; None: no run-time draft length."""
+        return None
+
     def repeats(self, asked: int) -> int:
         """How many times a trial's load and its control's are each timed (`asked`:
         serving.repeats)."""

@@ -3,11 +3,13 @@ records and controls served on them (`serve_shard`, `Serving`).
 
 A worker keeps, per pair, one vLLM server with the trial's speculative settings and one without
 speculation, the control; a trial whose settings differ restarts the first (the start time goes
-into the shard's result, so the run logs it). A shard is served as one load at the trial's
-concurrency (after an untimed load the first time a server serves that load shape, its
-concurrency and request rate: load.warm), then the same prompts as one load on the control
-server at the same concurrency, timed back to back with it (the honest-ratio rule of
-specsweep's `ar` controls; under a request rate the control's requests arrive at the same
+into the shard's result, so the run logs it). The speculative server starts resident at the
+largest draft length its sweep asks (Shard.draft_ceiling) and drafts each trial's at run
+time, so trials that differ only in their draft length share one start. A shard is served as
+one load at the trial's concurrency (after an untimed load the first time a server serves that
+load shape, its concurrency, request rate and draft length: load.warm), then the same prompts
+as one load on the control server at the same concurrency, timed back to back with it (the
+honest-ratio rule of specsweep's `ar` controls; under a request rate the control's requests arrive at the same
 seeded times), each once the other server has stopped polling (load.switch); with
 `serving.repeats` R, each side R times in the order A B B A A B ..., each side's median wall
 kept. Each record is one request (its TTFT, TPOT, ITL gaps and latency); the shard is one
@@ -17,6 +19,7 @@ they sum over a trial as specsweep's do."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from orchestrator.engines.shard import Shard, judged, where
 from workloads.models.pairspec import refs
-from workloads.serving.config import EngineFailure, ServingConfig, ServingError
+from workloads.serving.config import RUNTIME_DRAFT, EngineFailure, ServingConfig, ServingError
 from workloads.serving.load import serve, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer
 
@@ -47,6 +50,7 @@ class ServerPool:
         # settings -> why they last failed to start, and how many starts in a row failed
         self.failed: dict[EngineSettings, tuple[ServingError | EngineFailure, int]] = {}
         self.restarts = 0  # servers found dead and started again
+        self.starts = 0  # servers started, restarts included
         self.last: VllmServer | None = None  # the server that served last
 
     def _turn_to(self, server: VllmServer) -> None:
@@ -54,15 +58,21 @@ class ServerPool:
         self.last = server
 
     def serve(self, server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> tuple:
-        """A load on `server` (load.serve), once the server that served before is quiet."""
+        """A load on `server` (load.serve), once the server that served before is quiet; a
+        resident server must have drafted the load's draft length (its plugin's report)."""
         self._turn_to(server)
-        return serve(server, prompts, config)
+        out = serve(server, prompts, config)
+        if server.resident and server.drafted() != server.draft_tokens:
+            raise EngineFailure(f"engine: the vLLM server on port {server.port} drafted {server.drafted()} "
+                                f"tokens a step, not the {server.draft_tokens} asked at run time "
+                                f"(log: {server.log})")
+        return out
 
-    def _start(self, settings: EngineSettings) -> VllmServer:
+    def _start(self, settings: EngineSettings, resident: bool) -> VllmServer:
         err, tries = self.failed.get(settings, (None, 0))
         if err is not None and tries >= START_TRIES:
             raise err
-        server = VllmServer(settings, self.logs)
+        server = VllmServer(settings, self.logs, resident)
         try:
             server.start()
         except (ServingError, EngineFailure) as failed:
@@ -72,11 +82,17 @@ class ServerPool:
         self.failed.pop(settings, None)
         return server
 
-    def server(self, pair: str, config: ServingConfig, warm_up: list[list[int]]) -> tuple[VllmServer, float]:
-        """The running server for `config` on `pair`, warmed for its load shape on `warm_up`
-        (load.warm), and the seconds spent starting it now (0 when it was already running
-        with these settings and answers its health check)."""
-        settings = EngineSettings.of(refs(self.pair_specs[pair]), config)
+    def server(self, pair: str, config: ServingConfig, warm_up: list[list[int]], ceiling: int | None = None
+               ) -> tuple[VllmServer, float]:
+        """The running server for `config` on `pair`, drafting its draft length and warmed for
+        its load shape on `warm_up` (load.warm), and the seconds spent starting it now (0 when
+        it was already running with these settings and answers its health check). With a
+        `ceiling` a speculative server starts resident at that draft length and drafts each
+        config's at run time: configs that differ only in their draft length share it."""
+        resident = (ceiling is not None and config.method in RUNTIME_DRAFT
+                    and config.num_speculative_tokens <= ceiling)
+        started_at = dataclasses.replace(config, num_speculative_tokens=ceiling) if resident else config
+        settings = EngineSettings.of(refs(self.pair_specs[pair]), started_at)
         slot = (pair, settings.speculative is not None)
         server = self.servers.get(slot)
         if server is not None:
@@ -92,10 +108,13 @@ class ServerPool:
                 server = None
         started = 0.0
         if server is None:
-            server = self._start(settings)
+            server = self._start(settings, resident)
             self.servers[slot] = server
+            self.starts += 1
             started = server.start_s
-        if (config.concurrency, config.request_rate) not in server.warmed:
+        if resident:
+            server.draft(config.num_speculative_tokens)
+        if server.shape(config) not in server.warmed:
             self._turn_to(server)
             warm(server, warm_up, config)
         return server, started
@@ -107,13 +126,14 @@ class ServerPool:
 
 
 def serve_shard(pool: ServerPool, pair: str, config: ServingConfig, control: ServingConfig | None,
-                prompts: list[list[int]], first: int, repeats: int = 1
+                prompts: list[list[int]], first: int, repeats: int = 1, ceiling: int | None = None
                 ) -> tuple[list[dict], list[dict], float, dict]:
     """(one record per prompt, the control load, seconds spent starting servers, what the
-    vLLM plugin found and worked around in the trial's server). With a control, the trial's
+    vLLM plugin found and worked around in the trial's server). With a `ceiling` the trial's
+    server is resident (ServerPool.server). With a control, the trial's
     load and the control's are each served `repeats` times, A B B A A B ..., and each side's
     wall is its median; the records, tokens and counters are the first load's."""
-    server, started = pool.server(pair, config, prompts)
+    server, started = pool.server(pair, config, prompts, ceiling)
     before = server.counters()
     served, wall = pool.serve(server, prompts, config)
     spent = server.counters() - before
@@ -124,7 +144,7 @@ def serve_shard(pool: ServerPool, pair: str, config: ServingConfig, control: Ser
             record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
                           accepted=spent.accepted if own else 0, shared_counters=True)
     if control is None:
-        return records, [], started, {**server.report, "engine_args": server.engine_args}
+        return records, [], started, server.measured_as()
     plain, plain_started = pool.server(pair, control, prompts)
     started += plain_started
     at = time.time()
@@ -141,7 +161,7 @@ def serve_shard(pool: ServerPool, pair: str, config: ServingConfig, control: Ser
         record["batch_wall_s"] = statistics.median(trial_walls)
     controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(control_walls),
                  "at": at, "repeats": repeats}]
-    return records, controls, started, {**server.report, "engine_args": server.engine_args}
+    return records, controls, started, server.measured_as()
 
 
 class Serving:
@@ -167,13 +187,15 @@ class Serving:
             self.pool = ServerPool(worker.pair_specs, None if worker.logs is None else Path(worker.logs))
         tokenizer = self.tokenizer(shard.pair)
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
-        restarts = self.pool.restarts
+        restarts, starts = self.pool.restarts, self.pool.starts
         records, controls, started, report = serve_shard(self.pool, shard.pair, shard.config, shard.control,
-                                                         prompts, items[0][0].index, shard.repeats)
+                                                         prompts, items[0][0].index, shard.repeats,
+                                                         shard.draft_ceiling)
         for (example, _), record in zip(items, records):
             record.update(judged(worker.task, example, record["text"]))
         return {"records": records, "controls": controls, "warmup": 0, **where(), "engine_start_s": started,
-                "engine_restarts": self.pool.restarts - restarts, "engine_report": report}
+                "engine_starts": self.pool.starts - starts, "engine_restarts": self.pool.restarts - restarts,
+                "engine_report": report}
 
     def close(self) -> None:
         """Stop the vLLM servers this worker started."""

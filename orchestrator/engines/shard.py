@@ -21,6 +21,9 @@ class Shard:
     control: DecodeConfig | ServingConfig | None = None  # `ar`, or vLLM unspeculative: timed beside the trial
     batch_size: int = 1  # prompts decoded together; a shard holds whole batches
     repeats: int = 1  # a served trial's load and its control's, each timed this many times
+    # a served trial's server starts at this num_speculative_tokens (the largest its sweep asks)
+    # and drafts the trial's at run time, so one start times every draft length; None: the trial's
+    draft_ceiling: int | None = None
 
 
 def prompt_seed(sweep_seed: int, index: int) -> int:

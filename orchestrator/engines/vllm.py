@@ -125,6 +125,9 @@ class VllmEngine(Engine):
     def repeats(self, asked: int) -> int:
         return asked
 
+    def draft_ceiling(self, dims: dict[str, list]) -> int | None:
+        return max(dims.get("num_speculative_tokens") or [0]) or None
+
     def measurer(self, worker):
         from orchestrator.engines.serverpool import Serving
 

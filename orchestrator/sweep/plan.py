@@ -51,8 +51,12 @@ class Planner:
         number = -1 if number is None else number
         size = candidate.batch_size
         repeats = engine.repeats(self.spec.serving.repeats)
-        return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size, repeats)
-                for a, b in split(len(indices), len(eligible), size)]
+        return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size, repeats,
+                      self.draft_ceiling(candidate)) for a, b in split(len(indices), len(eligible), size)]
+
+    def draft_ceiling(self, candidate: Candidate) -> int | None:
+        """The draft length the candidate's server starts at (Engine.draft_ceiling)."""
+        return engine_of(candidate.config).draft_ceiling(self.spec.dimension_values())
 
     def baselines(self) -> list[Job]:
         """One job per pair, baseline schedule the pair runs, and batch size."""
@@ -78,7 +82,8 @@ class Planner:
         else:
             indices = tuple(self.indices[request.start:request.end])
             config = request.config or candidate.config
-            shards = [Shard(-1, candidate.pair, config, indices, None, len(indices))]
+            shards = [Shard(-1, candidate.pair, config, indices, None, len(indices),
+                            draft_ceiling=self.draft_ceiling(candidate))]
         if trial is not None:
             key = f"trial:{trial.number}:{request.start}"
             return Job(key, f"trial {trial.number}", candidate, shards, trial)

@@ -18,6 +18,9 @@ from workloads.decoding.kinds import PairKind
 from workloads.serving.ngram import PROMPT_LOOKUP
 
 METHODS = ("none", "ngram", "dflash", "dspark", "draft_model", "eagle3")
+# methods whose server drafts any k up to its n at run time as a server started at k does
+# (`specsweep conform --resident`; docs/serving.md lists the check per family)
+RUNTIME_DRAFT = ("ngram", "dflash", "dspark", "draft_model", "eagle3")
 
 
 def _positive(value) -> bool:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from workloads.decoding import DecodeConfig, decode
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.load import serve
 from workloads.serving.ngram import replay
-from workloads.serving.vllm import VllmServer, supervised
+from workloads.serving.vllm import EngineSettings, VllmServer, supervised
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,18 @@ def check(pair, server: VllmServer, texts: list[str], config: ServingConfig) -> 
     ids = [pair.tokenizer(t, verbose=False).input_ids for t in texts]
     theirs = supervised(server, lambda: served(server, ids, config))
     return compare(reference(pair, texts, config), theirs, config, server.kernel_check())
+
+
+def run(pair, texts: list[str], config: ServingConfig, settings: EngineSettings, logs: Path, say
+        ) -> Conformance:
+    """`check` on a server started here with `settings` (logging under `logs`), stopped after."""
+    server = VllmServer(settings, logs)
+    say(f"starting vLLM: {settings.model} with {settings.speculative}")
+    try:
+        say(f"vLLM serving after {server.start():.0f} s; {len(texts)} prompts in both engines")
+        return check(pair, server, texts, config)
+    finally:
+        server.stop()
 
 
 def reference_method(pair, method: str | None, draft_tokens: int) -> str:

@@ -199,9 +199,10 @@ def switch(previous: VllmServer | None, server: VllmServer) -> None:
 def warm(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> None:
     """An untimed load the first time `server` serves `config`'s load shape (its concurrency,
     request rate and draft length: VllmServer.shape): the first batches of a shape pay one-time
-    costs (allocation, kernel selection) no later load pays. All at once, the first prompt `max(2, concurrency)` times;
-    at a rate, every prompt at that rate, since arrivals make batches of every size up to the
-    bound (on CPU a first load at 128 requests/s read TTFT p99 0.29 s, the next 0.07 s)."""
+    costs (allocation, kernel selection) no later load pays. All at once, the first prompt
+    `max(2, concurrency)` times; at a rate, every prompt at that rate, since arrivals make
+    batches of every size up to the bound (on CPU a first load at 128 requests/s read TTFT p99
+    0.29 s, the next 0.07 s)."""
     shape = server.shape(config)
     if shape not in server.warmed:
         if config.request_rate is None:

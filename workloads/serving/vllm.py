@@ -232,6 +232,17 @@ class VllmServer:
         file.with_suffix(".new").write_text(str(k))
         os.replace(file.with_suffix(".new"), file)
 
+    def measured_as(self) -> dict:
+        """What a measurement on it ran, for its run to log: the plugin's report and the
+        non-default arguments it logged, as a server started at the k it drafts logs them (a
+        resident server's speculative_config names its n, `resident_n` then)."""
+        args = self.engine_args
+        if self.resident and args and isinstance(args.get("speculative_config"), dict):
+            args = {**args, "speculative_config": {**args["speculative_config"],
+                                                   "num_speculative_tokens": self.draft_tokens}}
+        resident = {"resident_n": self.settings.draft_tokens} if self.resident else {}
+        return {**self.report, "engine_args": args, **resident}
+
     def drafted(self) -> int | None:
         """The draft length the plugin's scheduler last applied, as its report says (None: not
         resident, or no step scheduled yet)."""

@@ -214,3 +214,7 @@ def test_the_multi_fidelity_search_on_vllm_times_only_what_can_win(tmp_path, ray
         assert run.data.metrics["mean_accept_len"] > 0
     status = runner.invoke(app, ["status", "served-mf", "--root", str(tmp_path)])
     assert "multi-fidelity: 6 candidates profiled untimed" in status.output, status.output
+    cost = json.loads(runner.invoke(app, ["status", "served-mf", "--root", str(tmp_path), "--json"]).output)
+    # one start for the control, one for DFlash: n = 7, drafting 1 at run time where asked
+    assert cost["server_starts"] == 2 and cost["trials"]["complete"] + cost["trials"]["pruned"] == 6, cost
+    assert cost["engine_seconds"] > 0 and f"{cost['server_starts']} server starts" in status.output

@@ -79,22 +79,29 @@ def test_vllms_ngram_drafting_is_the_replay_over_the_verifiers_greedy_output():
 
 
 @on_vllm
-@pytest.mark.parametrize(("pair", "method", "draft_tokens", "limit", "max_new_tokens", "port"), [
-    ("toy-eagle3", "eagle3", 3, 4, 32, None), ("toy-draft", "draft_model", 3, 4, 32, None),
-    ("toy-dspark", "dspark", 7, 8, 48, "DSparkProposer"),
-    ("toy-dflash2", "dflash", 7, 8, 48, "DFlash2Proposer")])
+@pytest.mark.parametrize(("pair", "method", "draft_tokens", "limit", "max_new_tokens", "port", "resident"), [
+    ("toy-eagle3", "eagle3", 3, 4, 32, None, 5), ("toy-draft", "draft_model", 3, 4, 32, None, None),
+    ("toy-dspark", "dspark", 7, 8, 48, "DSparkProposer", 8),
+    ("toy-dflash2", "dflash", 7, 8, 48, "DFlash2Proposer", None)])
 def test_each_drafter_family_vllm_serves_decodes_as_specsweep_does(pair, method, draft_tokens, limit,
-                                                                   max_new_tokens, port):
+                                                                   max_new_tokens, port, resident):
     """EAGLE-3, an autoregressive drafter (vLLM's draft_model), DSpark and DFlash 2, greedy: per
     prompt the same tokens, drafts, drafted and accepted tokens as specsweep's replay. vLLM's CPU
     build drafts the last two only in its V2 runner; the plugin's V1 port drafts them here. 8
     prompts of 48 tokens: a port without DSpark's Markov head or DFlash 2's candidate walk
-    differed there in 2 and 1 prompts (checked by hand)."""
+    differed there in 2 and 1 prompts (checked by hand). EAGLE-3 (a chain drafter) and DSpark (a
+    block drafter) are served by a resident server started at a larger n, drafting k at run
+    time: held also to a server started at k, prompt by prompt, and timed against it."""
+    extra = ["--resident", str(resident), "--blocks", "3"] if resident else []
     result = runner.invoke(app, ["conform", "--pair", pair, "--draft-tokens", str(draft_tokens),
-                                 "--limit", str(limit), "--max-new-tokens", str(max_new_tokens)])
+                                 "--limit", str(limit), "--max-new-tokens", str(max_new_tokens), *extra])
     assert result.exit_code == 0, result.output
     assert f"conformance of {method} num_speculative_tokens={draft_tokens}" in result.output
     assert "PASS" in result.output and f"greedy tokens identical: {limit}/{limit} prompts" in result.output
+    if resident:  # the run-time k drafted as a start at k does: same counters, a speed ratio about 1
+        assert result.output.count(": PASS") == 2 and "FAIL" not in result.output
+        assert f"(accepted/drafted: vllm started at n={draft_tokens} " in result.output
+        assert "(99%, 3 blocks A B B A): contains 1" in result.output
     if port:
         assert f"drafted by the plugin's V1 port {port}" in result.output
     accepted, drafted = result.output.split("accepted/drafted: specsweep ")[1].split(",")[0].split("/")
@@ -120,3 +127,10 @@ def test_stock_vllm_cpu_refuses_dspark_and_dflash2_in_one_line():
         said = dict(zip(refused, pool.map(start, refused)))
     for pair, (_, refusal) in refused.items():
         assert f"Model Runner V1 does not support: {refusal}" in said[pair], said[pair]
+
+
+def test_conform_refuses_a_resident_server_below_the_draft_length_in_one_line():
+    result = runner.invoke(app, ["conform", "--draft-tokens", "3", "--resident", "2"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: --resident: 2 is below --draft-tokens 3; a resident server "
+                                     "drafts at most the num_speculative_tokens it started with")
