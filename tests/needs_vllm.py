@@ -4,7 +4,7 @@ skipped only where vLLM is not set up, saying how to set it up."""
 import pytest
 
 from workloads.serving.config import ServingError
-from workloads.serving.vllm import vllm_python
+from workloads.serving.venv import vllm_python
 
 
 def _missing() -> str:

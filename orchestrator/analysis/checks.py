@@ -24,7 +24,7 @@ class ExportChecks:
     def ready(self) -> None:
         """Fail in one line when a tool a check needs is not set up (`make vllm`)."""
         if self.verify_vllm or self.check_schedule:
-            from workloads.serving.vllm import vllm_python
+            from workloads.serving.venv import vllm_python
 
             vllm_python()
         if self.check_sglang:

@@ -221,7 +221,7 @@ def picks_bench(
     from orchestrator.sweep.study import load_sweep
     from workloads.models.pair import load_tokenizer
     from workloads.models.pairspec import refs
-    from workloads.serving.vllm import vllm_python
+    from workloads.serving.venv import vllm_python
     from workloads.tasks import get_task
 
     vllm_python()
@@ -307,7 +307,7 @@ def batch_bench(
     from workloads.decoding.kinds import DFLASH
     from workloads.models.families import pair_kind
     from workloads.models.pairspec import BUNDLED
-    from workloads.serving.vllm import vllm_python
+    from workloads.serving.venv import vllm_python
 
     sizes = batch.parse_sizes(batch_sizes)
     if vllm:  # refused before minutes of decoding, not after

@@ -46,7 +46,8 @@ def conform(
     from workloads.serving import resident as residency
     from workloads.serving.config import ServingConfig, ServingError
     from workloads.serving.conformance import reference_method, run
-    from workloads.serving.vllm import EngineSettings, vllm_python
+    from workloads.serving.venv import vllm_python
+    from workloads.serving.vllm import EngineSettings
     from workloads.tasks import get_task
     from workloads.tasks.prompts import format_prompt
 

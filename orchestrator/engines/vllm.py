@@ -11,7 +11,7 @@ from orchestrator.engines.engine import Choose, Config, Engine, Pick
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.serving.config import METHODS, ServingConfig, ServingError
-from workloads.serving.vllm import cpu_build, vllm_python
+from workloads.serving.venv import cpu_build, vllm_python
 
 # what specsweep's engine runs that vLLM has no setting for: dimension -> refused when
 SPECSWEEP_ONLY = {"schedule": lambda v: v != "linear", "steps": lambda v: v != 1, "threshold": lambda v: True,

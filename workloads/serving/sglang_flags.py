@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from workloads.serving.config import ServingError
-from workloads.serving.vllm import vllm_python
+from workloads.serving.venv import vllm_python
 
 SCRIPT = Path(__file__).with_name("sglang_args.py")  # run by the vLLM venv's Python
 

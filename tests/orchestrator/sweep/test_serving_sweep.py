@@ -27,7 +27,8 @@ from workloads.models.pairspec import BUNDLED
 from workloads.serving.counters import Counters
 from workloads.serving.ports import free_port
 from workloads.serving.served import logged_args, option_args
-from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV, vllm_python
+from workloads.serving.venv import vllm_python
+from workloads.serving.vllm import CPU_KV_CACHE_GIB, QUIET_ENV
 
 pytestmark = needs_vllm
 

@@ -7,7 +7,7 @@ import subprocess
 
 from tests.needs_vllm import on_vllm
 from workloads.serving.ngram import PROMPT_LOOKUP, Lookup, propose, replay
-from workloads.serving.vllm import vllm_python
+from workloads.serving.venv import vllm_python
 
 VLLM_PROPOSER = """
 import json, sys
