@@ -80,31 +80,37 @@ def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]
     return spec, points
 
 
-def starts(points: dict[tuple, Point]) -> dict[tuple[str, int], float]:
-    """Each setting's server start, as the grid recorded it on the setting's first trial."""
-    out: dict[tuple[str, int], float] = {}
+def starts(points: dict[tuple, Point]) -> dict[str, float]:
+    """Each method's server start, the largest the grid recorded on its settings' trials (a
+    grid of resident servers records one a method, a grid of servers started per setting one
+    a setting)."""
+    out: dict[str, float] = {}
     for p in points.values():
-        out[p.setting] = max(out.get(p.setting, 0.0), p.start_s)
+        out[p.method] = max(out.get(p.method, 0.0), p.start_s)
     return out
 
 
 class Ledger:
-    """Engine-seconds as one worker spends them: the control's start once, a speculative
-    setting's start each time the setting served changes, every load."""
+    """Engine-seconds and server starts as one worker spends them on resident servers
+    (engines.serverpool): the control's start once, a method's start each time the method
+    served changes (its settings share it), every load."""
 
     def __init__(self, points: dict[tuple, Point]):
         self.start = starts(points)
         self.spent = 0.0
-        self.serving: tuple[str, int] | None = None
+        self.starts = 0
+        self.serving: str | None = None
         self.control = False
 
     def run(self, point: Point) -> None:
         if not self.control:
-            self.spent += self.start[("none", 0)]
+            self.spent += self.start["none"]
+            self.starts += 1
             self.control = True
-        if point.method != "none" and point.setting != self.serving:
-            self.spent += self.start[point.setting]
-            self.serving = point.setting
+        if point.method != "none" and point.method != self.serving:
+            self.spent += self.start[point.method]
+            self.starts += 1
+            self.serving = point.method
         self.spent += point.engine_s - point.start_s
 
 
@@ -149,7 +155,8 @@ def acceptance(spec: SweepSpec, points: dict[tuple, Point]):
     pair = spec.pairs[0]
     texts = list(spec_prompts(spec)[2][pair.name].values())
     tokens = max(spec.dimension_values().get("max_new_tokens", [48]))
-    configs = {s: ServingConfig(*s, max_new_tokens=tokens) for s in starts(points)}
+    settings = sorted({p.setting for p in points.values()})
+    configs = {s: ServingConfig(*s, max_new_tokens=tokens) for s in settings}
     loaded = load_pair(pair.load_spec())
     began = time.perf_counter()
     measured = measure(loaded, texts, list(configs.values()))
@@ -157,10 +164,10 @@ def acceptance(spec: SweepSpec, points: dict[tuple, Point]):
 
 
 def multifidelity(points: dict[tuple, Point], profiles: dict, tolerance: float, error: float
-                  ) -> tuple[ServingSearch, list[Point], float, list[dict]]:
+                  ) -> tuple[ServingSearch, list[Point], Ledger, list[dict]]:
     """The search run to its end on the grid's measurements: its state, the configurations it
-    timed, their engine-seconds, and each timing's prediction made before it (where the
-    search had one)."""
+    timed, what they cost (engine-seconds, server starts), and each timing's prediction made
+    before it (where the search had one)."""
     by = {(p.setting, p.concurrency): p for p in points.values()}
     concurrencies = sorted({p.concurrency for p in points.values()})
     search = ServingSearch({s: (a.step_gain, a.width) for s, a in profiles.items()}, concurrencies,
@@ -177,7 +184,7 @@ def multifidelity(points: dict[tuple, Point], profiles: dict, tolerance: float, 
             ledger.run(point)
             timed.append(point)
             search.tell(setting, c, point.tps, point.ratio)
-    return search, timed, ledger.spent, predictions
+    return search, timed, ledger, predictions
 
 
 def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency: int, speed: str,
@@ -224,14 +231,17 @@ def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TO
                              **{k: statistics.mean(cell[k] for cell in cells)
                                 for k in ("pick_gap", "hypervolume_fraction", "recall")}})
     profiles, profile_s = acceptance(spec, points)
-    search, timed, spent, predictions = multifidelity(points, profiles, tolerance, error)
+    search, timed, ledger, predictions = multifidelity(points, profiles, tolerance, error)
+    spent = ledger.spent
     # the control is measured beside every timing: no speculation is known wherever one ran
     by = {(p.setting, p.concurrency): p for p in points.values()}
     found = timed + [by[("none", 0), c] for c in concurrencies if any(p.concurrency == c for p in timed)]
     for c in concurrencies:
         rows.append({"strategy": "multifidelity", "racing": True, "budget": None,
                      "cost_fraction": (spent + profile_s) / grid_cost,
-                     "profile_fraction": profile_s / grid_cost,
+                     "profile_fraction": profile_s / grid_cost, "engine_seconds": spent + profile_s,
+                     "server_starts": ledger.starts, "grid_engine_seconds": grid_cost,
+                     "grid_server_starts": full.starts,
                      "timed": [f"{p.method} {p.drafts}" for p in timed if p.concurrency == c],
                      "pick": "{} {}".format(*search.picks()[c]),
                      **per_concurrency(points, found, c, speed, by[search.picks()[c], c])})
@@ -257,6 +267,9 @@ def serving_table(rows: list[dict], predictions: list[dict], checked: list[dict]
     mf = next(r for r in rows if r["strategy"] == "multifidelity")
     lines.append(f"multifidelity: acceptance of every setting measured in {mf['profile_fraction']:.4f} "
                  f"of the grid's engine-seconds")
+    lines.append(f"cost on resident servers: the grid {mf['grid_engine_seconds']:.1f} engine-seconds, "
+                 f"{mf['grid_server_starts']} server starts; the multi-fidelity search "
+                 f"{mf['engine_seconds']:.1f} engine-seconds, {mf['server_starts']} server starts")
     for p in predictions:
         lines.append(f"predicted before timing: {p['setting'][0]} {p['setting'][1]} at c={p['concurrency']}: "
                      f"{p['predicted']:.0f} tok/s, measured {p['measured']:.0f} "
