@@ -21,14 +21,14 @@ from pathlib import Path
 
 from orchestrator.analysis.schedule import always_slower, moved, refusal_error, switches
 from orchestrator.engines import VLLM
-from workloads.serving.config import ServingConfig
+from workloads.serving.config import RUNTIME_DRAFT, ServingConfig
 from workloads.serving.load import measured, switch, warm
 from workloads.serving.vllm import EngineSettings, VllmServer, supervised
 
 
-def _server(verifier: str, speculative: dict | None, logs: Path | None) -> VllmServer:
+def _server(verifier: str, speculative: dict | None, logs: Path | None, resident: bool = False) -> VllmServer:
     server = VllmServer(EngineSettings(verifier, None if speculative is None else json.dumps(speculative)),
-                        logs)
+                        logs, resident)
     server.start()
     return server
 
@@ -64,7 +64,7 @@ def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], m
                          num_speculative_tokens=speculative["num_speculative_tokens"])
     found: dict = {"repeats": repeats, "refusal_error": refusal_error(repeats), "switches": []}
     kept = [list(r) for r in ranges]
-    servers = Singles(verifier, base, logs)
+    servers = Singles(verifier, base, max(n for _, _, n in ranges), logs)
     schedule = _server(verifier, speculative, logs)
     try:
         for point in switches(ranges):
@@ -100,17 +100,25 @@ def check_schedule(verifier: str, speculative: dict, prompts: list[list[int]], m
 
 
 class Singles:
-    """Servers of one n each (0: no speculation) over the schedule's verifier and drafter,
-    started the first time they are asked for, so each starts once."""
+    """A server drafting one n at a time (0: no speculation) over the schedule's verifier and
+    drafter: every n > 0 on one resident server started at the schedule's largest n
+    (`ceiling`), drafting n at run time (a method outside RUNTIME_DRAFT: a server per n); each
+    server started the first time it is asked for."""
 
-    def __init__(self, verifier: str, base: dict, logs: Path | None):
-        self.verifier, self.base, self.logs, self.servers = verifier, base, logs, {}
+    def __init__(self, verifier: str, base: dict, ceiling: int, logs: Path | None):
+        self.verifier, self.base, self.ceiling, self.logs, self.servers = verifier, base, ceiling, logs, {}
+        self.resident = base["method"] in RUNTIME_DRAFT
 
     def of(self, n: int) -> VllmServer:
-        if n not in self.servers:
-            drafting = {**self.base, "num_speculative_tokens": n} if n else None
-            self.servers[n] = _server(self.verifier, drafting, self.logs)
-        return self.servers[n]
+        key = min(n, 1) if self.resident else n  # 0: the control
+        if key not in self.servers:
+            drafts = self.ceiling if self.resident else n
+            drafting = {**self.base, "num_speculative_tokens": drafts} if n else None
+            resident = bool(n) and self.resident
+            self.servers[key] = _server(self.verifier, drafting, self.logs, resident)
+        if n and self.resident:
+            self.servers[key].draft(n)
+        return self.servers[key]
 
     def stop(self) -> None:
         for server in self.servers.values():

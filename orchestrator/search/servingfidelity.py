@@ -82,7 +82,8 @@ class ServingFidelity:
             setting, where = chosen
             for c in where:
                 key = self._key(pair, setting, c)
-                before = search.predicted(setting, c)
+                # in the first objective's unit, as the summary compares it (tok/s or a ratio)
+                before = self.predicted(key, self.objectives[0]) if self.objectives else None
                 if before is not None:
                     self.predicted_before[key] = before
                 requests.append(Request(key, True, 0, self.total, "timing"))
