@@ -3,8 +3,8 @@ drafting k at run time (VllmServer.draft) must decode, and cost, as a server sta
 
 Decoding: both serve the same prompts one at a time, greedy; per prompt the tokens, drafts,
 drafted and accepted tokens must be identical (conformance.compare). Cost: both serve the
-prompts as one load in blocks A B B A on one clock (A the resident server), and the speed
-ratio's interval (`speed_ratio`) must contain 1.
+prompts as one load, all at once (so the steps batch them), in blocks A B B A on one clock (A
+the resident server), and the speed ratio's interval (`speed_ratio`) must contain 1.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def speed_ratio(blocks: list[tuple[float, float, float, float]], level: float = 
 
 def timed(resident: VllmServer, twin: VllmServer, ids: list[list[int]], config: ServingConfig,
           blocks: int) -> SpeedRatio:
-    """The two servers' walls over `blocks` blocks A B B A of one load of `ids` at
-    `config`'s concurrency (each warmed first), each load once the other server is quiet."""
+    """The two servers' walls over `blocks` blocks A B B A of one load of `ids`, all at once
+    (each server warmed first), each load once the other server is quiet."""
+    config = dataclasses.replace(config, concurrency=len(ids))
     last: list[VllmServer] = []
 
     def wall(server: VllmServer) -> float:
@@ -110,7 +111,7 @@ def check(pair, texts: list[str], config: ServingConfig, settings: EngineSetting
         ours = conformance.check(pair, resident, texts, config)
         ids = [pair.tokenizer(t, verbose=False).input_ids for t in texts]
         theirs = supervised(twin, lambda: served(twin, ids, config))
-        mine = supervised(resident, lambda: served(resident, ids, config))
+        mine = [p.vllm for p in ours.prompts]  # what the resident server served to specsweep's check
         started_at_k = compare(theirs, mine, config, resident.kernel_check(),
                                reference=f"vllm started at n={config.num_speculative_tokens}")
         say(f"timing {blocks} blocks A B B A (resident, started at k)")
