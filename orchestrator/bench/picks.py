@@ -16,7 +16,7 @@ import optuna
 
 from workloads.serving.config import ServingConfig
 
-Setting = tuple[str, int]
+Setting = tuple  # ServingConfig.setting: (method, num_speculative_tokens, DSpark top-k, adaptive)
 
 
 def sweep_picks(root: Path, sweep: str, by: str | None = None) -> tuple[str, dict[int, ServingConfig]]:
@@ -83,7 +83,7 @@ def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, Ser
                              "throughput_tps": tps[s], "gap": tps[s] / fastest - 1, "loads": repeats})
             if progress:
                 progress(f"concurrency {c}: "
-                         + ", ".join(f"{m} {n} {v:.0f} tok/s" for (m, n), v in tps.items()))
+                         + ", ".join(f"{s[0]} {s[1]} {v:.0f} tok/s" for s, v in tps.items()))
     finally:
         for server in servers.values():
             server.stop()
