@@ -1,13 +1,17 @@
-"""The speed ratio of a resident server against its twin: its interval keeps its level at
-every number of blocks `conform --resident` allows, under drift and noise, and finds a twin
-that costs 10% more."""
+"""A resident server: a draft length it cannot draft is one line; the speed ratio against its
+twin keeps its level at every number of blocks `conform --resident` allows, under drift and
+noise, and finds a twin that costs 10% more."""
 
+import json
 import math
 
 import numpy as np
 import pytest
 
+from tests.workloads.serving.engines import DFLASH
+from workloads.serving.config import ServingError
 from workloads.serving.resident import SpeedRatio, speed_ratio
+from workloads.serving.vllm import EngineSettings, VllmServer
 
 
 def _blocks(rng, count: int, slower: float, noise: float) -> list[tuple[float, float, float, float]]:
@@ -47,3 +51,20 @@ def test_one_block_is_refused_and_the_line_says_what_was_measured():
     line = SpeedRatio(1.02, 0.95, 1.1, 4).line()
     assert line.strip() == ("speed, resident / started at k: 1.020 [0.950, 1.100] (99%, 4 blocks A B B A): "
                             "contains 1")
+
+
+def test_a_draft_length_the_server_cannot_draft_is_one_line(tmp_path):
+    """Above the n a resident server started with, or on a server not started resident."""
+    settings = EngineSettings("verifier", json.dumps({"method": "dflash", "num_speculative_tokens": 7}))
+    resident, plain = VllmServer(settings, tmp_path, resident=True), VllmServer(settings, tmp_path)
+    with pytest.raises(ServingError) as above:
+        resident.draft(9)
+    assert str(above.value) == ("spec: draft length 9: the server drafts 1 to 7 tokens (started with "
+                                "num_speculative_tokens 7)")
+    with pytest.raises(ServingError) as fixed:
+        plain.draft(3)
+    assert str(fixed.value) == ("spec: draft length 3: the server drafts 1 to 7 tokens (it was not started "
+                                "resident)")
+    resident.draft(3)  # between loads: written for the plugin's scheduler
+    assert (resident.dir / "draft_tokens").read_text() == "3" and resident.shape(DFLASH)[2] == 3
+    plain.draft(7)  # its own n: nothing to change
