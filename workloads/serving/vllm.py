@@ -116,20 +116,18 @@ class VllmServer:
 
     def __init__(self, settings: EngineSettings, log_dir: Path | None = None, resident: bool = False):
         self.settings = settings
-        # resident: it drafts the length `draft` sets, any k up to its settings' n, from the next
-        # load on (the plugin's run-time draft length), so one start times every k
+        # resident: it drafts the k <= n that `draft` sets (the plugin's run-time draft length)
         self.resident = resident and settings.draft_tokens is not None
         self.draft_tokens = settings.draft_tokens
         self._port(free_port())
         self._folder(log_dir)
         self.process: subprocess.Popen | None = None
         self.report: dict = {}
-        self.identity: dict = {}  # what it said of itself when it started (`identify`)
+        self.identity: dict = {}  # what it said of itself when it started this life (`identify`)
         self.engine_args: dict | None = None  # the non-default arguments it logged (served.logged_args)
         self.start_s = 0.0
         self.restarts = 0  # starts after a loss (`supervised`)
-        # the load shapes (`shape`) it has served an untimed load at
-        self.warmed: set[tuple] = set()
+        self.warmed: set[tuple] = set()  # the load shapes (`shape`) it has served an untimed load at
 
     def _folder(self, parent: Path | None) -> None:
         """A log folder of its own (the system's temporary directory without `parent`)."""
@@ -155,7 +153,6 @@ class VllmServer:
                 break
             except _PortTaken:
                 self.stop()
-                self.troubled = False  # a taken port is retried, not a fault: the next start decides
                 if attempt + 1 == PORT_TRIES:
                     self.troubled = True
                     raise EngineFailure(f"engine: vllm found {PORT_TRIES} ports taken in a row (log: "
@@ -166,8 +163,7 @@ class VllmServer:
         return self.start_s
 
     def shape(self, config: ServingConfig) -> tuple:
-        """A load's shape for warming (load.warm): its concurrency, its request rate and the
-        draft length the server drafts now (each sizes the steps' batches differently)."""
+        """A load's shape for warming (load.warm): concurrency, request rate, draft length now."""
         return config.concurrency, config.request_rate, self.draft_tokens
 
     def draft(self, k: int) -> None:
@@ -177,9 +173,9 @@ class VllmServer:
             return
         n = self.settings.draft_tokens
         if not self.resident or not 1 <= k <= n:
-            raise ServingError(f"spec: draft length {k}: the server drafts 1 to {n} tokens "
-                               + ("(started with num_speculative_tokens {n})" if self.resident
-                                  else "(it was not started resident)").format(n=n))
+            why = (f"started with num_speculative_tokens {n}" if self.resident
+                   else "it was not started resident")
+            raise ServingError(f"spec: draft length {k}: the server drafts 1 to {n} tokens ({why})")
         self._write_draft(k)
         self.draft_tokens = k
 
@@ -203,8 +199,12 @@ class VllmServer:
     def drafted(self) -> int | None:
         """The draft length the plugin's scheduler last applied, as its report says (None: not
         resident, or no step scheduled yet)."""
-        report = self.dir / "report.json"
-        return json.loads(report.read_text()).get("draft_tokens") if report.is_file() else None
+        return self._report().get("draft_tokens")
+
+    def _report(self) -> dict:
+        """The JSON report the plugin writes in each of the server's processes ({} before any)."""
+        path = self.dir / "report.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
 
     def _start(self, timeout: float) -> None:
         env = {**os.environ, **CPU_ENV, **QUIET_ENV, **self.settings.environment(),
@@ -215,6 +215,7 @@ class VllmServer:
         command = [python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server", "--host",
                    "127.0.0.1", "--port", str(self.port), *self.settings.arguments()]
         began = time.perf_counter()
+        self.identity = {}  # until this life identifies itself: `stop` judges a life that served
         self.dir.mkdir(parents=True, exist_ok=True)  # a clean `stop` before a retry removed it
         if self.resident:  # a restarted server drafts the k it drafted before
             self._write_draft(self.draft_tokens)
@@ -239,8 +240,7 @@ class VllmServer:
                                        f"started here (log: {self.log})")
                 self.identity = self.identify()
                 self.engine_args = logged_args(self.log.read_text(errors="replace"))
-                report = self.dir / "report.json"
-                self.report = json.loads(report.read_text()) if report.is_file() else {}
+                self.report = self._report()
                 if self.resident and not self.report.get("runtime_draft"):
                     self.stop()
                     self.troubled = True
@@ -341,13 +341,13 @@ class VllmServer:
 
     def stop(self) -> None:
         """Stop the server and every process it started (its process group); remove its log
-        folder unless it failed to start, was lost, or had stopped serving before this stop
-        (its errors, and a found-dead server's log, say why)."""
+        folder unless it failed to start, was lost, or served and then stopped serving (its
+        errors, and a found-dead server's log, say why; a taken port's start never served)."""
         if self.process is None:
             if not self.troubled:
                 shutil.rmtree(self.dir, ignore_errors=True)
             return
-        if not self.alive():
+        if self.identity and not self.alive():
             self.troubled = True
         if self.process.poll() is None:
             self.process.terminate()  # the guard stops the server, then kills the group
