@@ -248,12 +248,12 @@ def status(
     from orchestrator.sweep.study import journal_cut, load_sweep, state_dir
 
     spec, study = load_sweep(root, name)
+    directory = state_dir(root, name)
     if as_json:
-        typer.echo(json.dumps(status_json(spec, study, state_dir(root, name) / "shards")))
+        typer.echo(json.dumps(status_json(spec, study, directory / "shards")))
         return
-    shards = state_dir(root, name) / "shards"
-    cut = journal_cut(state_dir(root, name))
-    for line in status_lines(spec, study, reference, cut, server_starts(shards)):
+    starts = server_starts(directory / "shards")
+    for line in status_lines(spec, study, reference, journal_cut(directory), starts):
         typer.echo(line)
 
 

@@ -62,8 +62,8 @@ class ServerPool:
         resident server must have drafted the load's draft length (its plugin's report)."""
         self._turn_to(server)
         out = serve(server, prompts, config)
-        if server.resident and server.drafted() != server.draft_tokens:
-            raise EngineFailure(f"engine: the vLLM server on port {server.port} drafted {server.drafted()} "
+        if server.resident and (drafted := server.drafted()) != server.draft_tokens:
+            raise EngineFailure(f"engine: the vLLM server on port {server.port} drafted {drafted} "
                                 f"tokens a step, not the {server.draft_tokens} asked at run time "
                                 f"(log: {server.log})")
         return out

@@ -10,6 +10,7 @@ the resident server), and the speed ratio's interval (`speed_ratio`) must contai
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -66,16 +67,14 @@ def timed(resident: VllmServer, twin: VllmServer, ids: list[list[int]], config: 
     """The two servers' walls over `blocks` blocks A B B A of one load of `ids`, all at once
     (each server warmed first), each load once the other server is quiet."""
     config = dataclasses.replace(config, concurrency=len(ids))
-    last: list[VllmServer] = []
-
-    def wall(server: VllmServer) -> float:
-        switch(last[-1] if last else None, server)
-        last.append(server)
-        return supervised(server, lambda: serve(server, ids, config))[1]
-
     for server in (resident, twin):
-        supervised(server, lambda: warm(server, ids, config))  # noqa: B023 (called before the loop goes on)
-    return speed_ratio([tuple(wall(s) for s in (resident, twin, twin, resident)) for _ in range(blocks)])
+        supervised(server, functools.partial(warm, server, ids, config))
+    order = [s for _ in range(blocks) for s in (resident, twin, twin, resident)]
+    walls = []
+    for previous, server in zip([None, *order], order):
+        switch(previous, server)
+        walls.append(supervised(server, functools.partial(serve, server, ids, config))[1])
+    return speed_ratio([tuple(walls[i:i + 4]) for i in range(0, len(walls), 4)])
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from specsweep_vllm import record
 
 def lookup(k: int | None, n: int, max_batch: int) -> list[int] | None:
     """The scheduler's `dynamic_sd_lookup` for a run-time k on a server started at n: None
-    (stock: n every step) for no k or k >= n, else [min(k, n)] for every batch size 0..max_batch."""
+    (stock: n every step) for no k or k >= n, else [k] for every batch size 0..max_batch."""
     if k is None or k >= n:
         return None
     return [max(k, 0)] * (max_batch + 1)
