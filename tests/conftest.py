@@ -29,8 +29,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # `--ray-address auto`); it ends when the helper's stdin closes.
 RAY_HEAD = """
 import os, sys, ray
-ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, _temp_dir=sys.argv[2], log_to_driver=False,
-         configure_logging=False)
+ray.init(num_cpus=int(sys.argv[1]), resources={"gpu_slot": int(sys.argv[1]) - 1}, include_dashboard=False,
+         _temp_dir=sys.argv[2], log_to_driver=False, configure_logging=False)
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
 ray.shutdown()
@@ -39,11 +39,14 @@ ray.shutdown()
 
 @pytest.fixture(scope="session")
 def ray_head():
-    """The address of one local Ray head (two CPUs: a sweep's one worker slot and the driver's
-    tasks, as a sweep's own local head has) that the vLLM sweeps join with --ray-address instead
-    of each starting and stopping a head of its own; stopped at the end of the session."""
+    """The address of one local Ray head per test process that the sweeps join with
+    --ray-address (or Driver's ray_address) instead of each starting and stopping a head of its
+    own (4 to 10 s a sweep on 2 cores); stopped at the end of the session. Three CPUs and two of
+    the tests' simulated GPU slots (`gpu_slot`): two worker slots and the driver's tasks, as the
+    largest local head a test sweep asks for has. The tests of the local head itself (start,
+    interrupt, lost node: test_raycluster.py) and one CLI sweep keep heads of their own."""
     temp = f"/tmp/specsweep-ray-tests-{os.getpid()}"
-    helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, "2", temp], stdin=subprocess.PIPE,
+    helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, "3", temp], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, start_new_session=True,
                               env={"RAY_AUTH_MODE": "disabled", **os.environ})  # as raycluster.start
     try:

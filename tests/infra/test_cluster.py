@@ -191,12 +191,12 @@ def rest(url: str, path: str, body: dict, password: str) -> dict:
         return json.loads(response.read())
 
 
-def test_sweep_logs_to_an_mlflow_server_with_basic_auth(mlflow_server, tmp_path, monkeypatch):
+def test_sweep_logs_to_an_mlflow_server_with_basic_auth(mlflow_server, tmp_path, monkeypatch, ray_head):
     url, password = mlflow_server
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
     data = {**SPEC, "cluster": {"slots": 1}}
-    Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, tracking_uri=url).run()
+    Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, ray_head, tracking_uri=url).run()
     found = rest(url, "experiments/search", {"filter": "name = 'remote'", "max_results": 1}, password)
     runs = rest(url, "runs/search", {"experiment_ids": [found["experiments"][0]["experiment_id"]]}, password)
     roles = sorted(

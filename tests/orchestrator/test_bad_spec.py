@@ -232,7 +232,7 @@ def test_a_standalone_drafter_given_as_a_dflash_drafter_is_named_before_anything
 
 
 @pytest.mark.slow  # a real sweep
-def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_path, broken_model):
+def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_path, broken_model, ray_head):
     """Weights that hold none of the model's tensors pass every check a spec can make without
     loading them; the workers refuse them, and the new sweep's state and MLflow runs go."""
     import torch
@@ -244,7 +244,7 @@ def test_a_model_whose_weights_fail_to_load_in_the_workers_leaves_nothing(tmp_pa
         "schedule": ["linear"], "block": [2], "max_new_tokens": 8}}
     root = tmp_path / "root"
     root.mkdir()
-    result = run_cli(root, spec)
+    result = run_cli(root, spec, "--ray-address", ray_head)
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     last = result.output.strip().splitlines()[-1]
     assert last.startswith(f"error: pair.model: {broken_model} lacks 39 of the model's weights"), last

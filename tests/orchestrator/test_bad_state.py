@@ -12,11 +12,11 @@ from tests.orchestrator.bad_input import GOOD, one_line_error, run_cli, runner, 
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def finished(tmp_path_factory, ray_head):
     root = tmp_path_factory.mktemp("finished")
     path = root / "spec.yaml"
     path.write_text(yaml.safe_dump(GOOD))
-    result = runner.invoke(app, ["run", str(path), "--root", str(root)])
+    result = runner.invoke(app, ["run", str(path), "--root", str(root), "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     return root
 
@@ -75,7 +75,7 @@ def test_export_never_overwrites_without_force(finished, tmp_path):
 
 
 @pytest.mark.slow  # a real sweep
-def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished):
+def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished, ray_head):
     from mlflow.tracking import MlflowClient
 
     state = finished / ".specsweep" / "bad"
@@ -91,7 +91,8 @@ def test_resume_with_a_changed_spec_is_refused_and_changes_nothing(finished):
     experiment = client.get_experiment_by_name("bad")
     parents = client.search_runs([experiment.experiment_id], "tags.`specsweep.role` = 'sweep'")
     assert [r.info.status for r in parents] == ["FINISHED"]
-    more = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume")
+    more = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume",
+                   "--ray-address", ray_head)
     assert more.exit_code == 0, more.output  # the budget may change
 
 
@@ -111,7 +112,7 @@ def test_a_sweep_in_use_is_refused_to_a_second_run_or_fresh(finished):
 
 
 @pytest.mark.slow  # a real sweep
-def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished):
+def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished, ray_head):
     import optuna
 
     from orchestrator.sweep.study import load_sweep
@@ -124,7 +125,8 @@ def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished):
     journal.write_bytes(data[:-20])  # the last record (the last trial's tell) cut short
     status = runner.invoke(app, ["status", "bad", "--root", str(finished)])
     assert status.exit_code == 0 and "warning: the study journal's last record is cut short" in status.output
-    resumed = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume")
+    resumed = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume",
+                      "--ray-address", ray_head)
     assert resumed.exit_code == 0, resumed.output
     assert (state / "study.journal.damaged").read_bytes() == data[:-20]
     assert journal.read_bytes().endswith(b"\n")

@@ -80,10 +80,12 @@ def test_offline_dataset_or_missing_chat_template_exit_2_and_create_nothing(tmp_
 
 
 @pytest.mark.slow  # a real sweep
-def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_serving_settings(tmp_path):
+def test_a_dflash_pair_sweeps_skips_the_baseline_it_cannot_run_and_exports_serving_settings(
+        tmp_path, ray_head):
     data = {**GOOD, "name": "dfl", "pairs": ["toy-dflash"], "baselines": ["ar", "diffusion"],
             "space": {"schedule": ["linear"], "block": [4], "max_new_tokens": 8}}
-    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path)])
+    result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path),
+                                 "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     from orchestrator.sweep.study import load_sweep
 
@@ -191,7 +193,7 @@ def test_export_to_a_place_it_cannot_write_names_out_and_leaves_nothing(tmp_path
 
 
 @pytest.mark.slow
-def test_ctrl_c_to_a_tpe_sweep_process_then_resume_asks_the_interrupted_configurations(tmp_path):
+def test_ctrl_c_to_a_tpe_sweep_process_then_resume_asks_the_interrupted_configurations(tmp_path, ray_head):
     """A real `specsweep run` process gets SIGINT with two trials in flight; `--resume`
     finishes the interrupted configurations, which TPE alone would never propose again."""
     import os
@@ -209,7 +211,8 @@ def test_ctrl_c_to_a_tpe_sweep_process_then_resume_asks_the_interrupted_configur
                       "max_new_tokens": 24},
             "search": {"sampler": "tpe", "trials": 5, "parallel": 2, "seed": 3}, "cluster": {"slots": 2}}
     spec = write(tmp_path, data)
-    command = [str(Path(sys.executable).parent / "specsweep"), "run", str(spec), "--root", str(tmp_path)]
+    command = [str(Path(sys.executable).parent / "specsweep"), "run", str(spec), "--root", str(tmp_path),
+               "--ray-address", ray_head]
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     journal = tmp_path / ".specsweep" / "cli" / "study.journal"

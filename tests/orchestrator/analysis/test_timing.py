@@ -58,9 +58,9 @@ class Throttled(Driver):
 
 
 @pytest.fixture(scope="module")
-def throttled(tmp_path_factory):
+def throttled(tmp_path_factory, ray_head):
     spec = parse_spec(SPEC)
-    driver = Throttled(spec, yaml.safe_dump(SPEC), tmp_path_factory.mktemp("throttled"))
+    driver = Throttled(spec, yaml.safe_dump(SPEC), tmp_path_factory.mktemp("throttled"), ray_head)
     done, cycles = threading.Event(), [0]
     thread = threading.Thread(target=throttle_during_baselines, args=(driver, done, cycles), daemon=True)
     thread.start()

@@ -138,7 +138,7 @@ class StopWhileRecording:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
+def swept(tmp_path_factory, ray_head):
     """A grid sweep and, on the same root, a multi-fidelity one of the same space,
     interrupted in its timing phase, resumed and interrupted again while it records its
     candidates, then resumed to its end: (root, shard files and their modification times at
@@ -148,16 +148,17 @@ def swept(tmp_path_factory):
     from orchestrator.sweep.study import load_sweep
 
     root = tmp_path_factory.mktemp("fidelity")
-    Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root).run()
+    Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root, ray_head).run()
     with pytest.raises(KeyboardInterrupt):
-        Driver(parse_spec(FIDELITY), yaml.safe_dump(FIDELITY), root, on_progress=StopWhenTiming()).run()
+        Driver(parse_spec(FIDELITY), yaml.safe_dump(FIDELITY), root, ray_head,
+               on_progress=StopWhenTiming()).run()
     shards = root / ".specsweep" / "fidelity" / "shards"
     before = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
     interrupted = load_sweep(root, "fidelity")[1].get_trials()
     with pytest.raises(KeyboardInterrupt):
-        Driver(parse_spec(FIDELITY), yaml.safe_dump(FIDELITY), root, on_progress=StopWhileRecording()).run(
-            resume=True)
-    Driver(parse_spec(FIDELITY), yaml.safe_dump(FIDELITY), root).run(resume=True)
+        Driver(parse_spec(FIDELITY), yaml.safe_dump(FIDELITY), root, ray_head,
+               on_progress=StopWhileRecording()).run(resume=True)
+    Driver(parse_spec(FIDELITY), yaml.safe_dump(FIDELITY), root, ray_head).run(resume=True)
     return root, before, interrupted
 
 

@@ -32,8 +32,8 @@ SPEC = {
 }
 
 
-def run(root, on_progress=None, resume=False):
-    driver = Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root, on_progress=on_progress)
+def run(root, ray_address, on_progress=None, resume=False):
+    driver = Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root, ray_address, on_progress=on_progress)
     driver.run(resume=resume)
     return driver
 
@@ -47,15 +47,15 @@ class StopMidRace:
 
 
 @pytest.fixture(scope="module")
-def raced(tmp_path_factory):
+def raced(tmp_path_factory, ray_head):
     """A racing sweep interrupted mid-rung, then resumed: (root, the resumed driver, the shard
     cache's files and modification times at the interrupt)."""
     root = tmp_path_factory.mktemp("race")
     with pytest.raises(KeyboardInterrupt):
-        run(root, on_progress=StopMidRace())
+        run(root, ray_head, on_progress=StopMidRace())
     shards = root / ".specsweep" / "race" / "shards"
     before = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
-    return root, run(root, resume=True), before
+    return root, run(root, ray_head, resume=True), before
 
 
 def test_stopped_trials_are_recorded_and_never_reach_the_frontier_or_an_export(raced, tmp_path):

@@ -34,9 +34,9 @@ SPEC = {
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
+def swept(tmp_path_factory, ray_head):
     root = tmp_path_factory.mktemp("batched")
-    driver = Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root)
+    driver = Driver(parse_spec(SPEC), yaml.safe_dump(SPEC), root, ray_head)
     driver.run()
     client = MlflowClient(driver.tracking_uri)
     experiment = client.get_experiment_by_name("batched")

@@ -16,7 +16,7 @@ from tests.orchestrator.test_sweep_cli import GOOD
 pytestmark = pytest.mark.slow  # a real sweep
 
 
-def test_a_sweep_over_hostile_category_labels_logs_every_run(tmp_path):
+def test_a_sweep_over_hostile_category_labels_logs_every_run(tmp_path, ray_head):
     data = tmp_path / "gsm8k.jsonl"
     labels = ["../../escape", "a\nb", "../../escape", "a\nb"]
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}",
@@ -24,7 +24,7 @@ def test_a_sweep_over_hostile_category_labels_logs_every_run(tmp_path):
     spec = {**GOOD, "name": "cats", "task": {"name": "gsm8k", "data": str(data), "limit": 4}}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    result = CliRunner().invoke(app, ["run", str(path), "--root", str(tmp_path)])
+    result = CliRunner().invoke(app, ["run", str(path), "--root", str(tmp_path), "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
     assert "note: 2 category labels renamed for metric names" in result.output
     assert "could not reach MLflow" not in result.output

@@ -56,9 +56,10 @@ def runs(driver):
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
+def swept(tmp_path_factory, ray_head):
     root = tmp_path_factory.mktemp("sweep")
-    return run_sweep(root, {**SPEC, "search": {**SPEC["search"], "seed": 0}})  # seed 0 draws both schedules
+    seeded = {**SPEC, "search": {**SPEC["search"], "seed": 0}}  # seed 0 draws both schedules
+    return run_sweep(root, seeded, ray_address=ray_head)
 
 
 def test_run_structure_in_mlflow(swept):
@@ -127,7 +128,7 @@ def test_frontier_equals_brute_force_pareto_over_logged_trials(swept):
     assert {t.number for t in frontier_trials(study, spec)} == expected
 
 
-def test_grid_stops_when_exhausted_with_the_study_in_an_rdb(tmp_path):
+def test_grid_stops_when_exhausted_with_the_study_in_an_rdb(tmp_path, ray_head):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"  # an RDB URL, as a cluster's Postgres
     data = {
         **SPEC,
@@ -136,7 +137,7 @@ def test_grid_stops_when_exhausted_with_the_study_in_an_rdb(tmp_path):
         "space": {"schedule": ["linear"], "block": [2, 4], "max_new_tokens": 8},
         "search": {"sampler": "grid", "trials": 10, "parallel": 2, "storage": storage},
     }
-    driver = run_sweep(tmp_path, data)
+    driver = run_sweep(tmp_path, data, ray_address=ray_head)
     assert not (tmp_path / ".specsweep" / "t" / "study.journal").exists()
     assert len(optuna.load_study(study_name="t", storage=storage).trials) == 2
     trials = driver.study.get_trials()
@@ -155,12 +156,12 @@ class StopAfter:
             raise KeyboardInterrupt
 
 
-def test_resume_after_interrupt_finishes_exactly_the_requested_trials(tmp_path):
+def test_resume_after_interrupt_finishes_exactly_the_requested_trials(tmp_path, ray_head):
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(tmp_path, on_progress=StopAfter(2))
+        run_sweep(tmp_path, on_progress=StopAfter(2), ray_address=ray_head)
     spec, study = load_sweep(tmp_path, "t")
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-    driver = run_sweep(tmp_path, resume=True)
+    driver = run_sweep(tmp_path, resume=True, ray_address=ray_head)
     client, all_runs = runs(driver)
     assert not [r for r in all_runs if r.info.status == "RUNNING"]
     finished = [t for t in driver.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
@@ -171,30 +172,30 @@ def test_resume_after_interrupt_finishes_exactly_the_requested_trials(tmp_path):
     assert len(baselines) == 4
 
 
-def test_resume_asks_the_configurations_a_ctrl_c_interrupted_again(tmp_path):
+def test_resume_asks_the_configurations_a_ctrl_c_interrupted_again(tmp_path, ray_head):
     # random sampling here; TPE, which would never propose them again, as a CLI process in
     # tests/orchestrator/test_sweep_cli.py
     data = {**SPEC, "search": {**SPEC["search"], "sampler": "random", "trials": 4}}
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(tmp_path, data, on_progress=StopAfter(1))
+        run_sweep(tmp_path, data, on_progress=StopAfter(1), ray_address=ray_head)
     _, study = load_sweep(tmp_path, "t")
     interrupted = {json.dumps(t.params, sort_keys=True) for t in study.get_trials()
                    if t.user_attrs.get("interrupted")}
     assert interrupted  # the trial in flight at the Ctrl-C
-    driver = run_sweep(tmp_path, data, resume=True)
+    driver = run_sweep(tmp_path, data, resume=True, ray_address=ray_head)
     complete = driver.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(complete) == 4
     assert interrupted <= {json.dumps(t.params, sort_keys=True) for t in complete}
     assert driver.study.get_trials(states=(optuna.trial.TrialState.WAITING,)) == []
 
 
-def test_resume_refuses_an_empty_study_journal(tmp_path):
+def test_resume_refuses_an_empty_study_journal(tmp_path, ray_head):
     data = {**SPEC, "search": {**SPEC["search"], "trials": 1}}
-    first = run_sweep(tmp_path, data)
+    first = run_sweep(tmp_path, data, ray_address=ray_head)
     for left in (b"", b'{"op_code": 0, "worker_id": "a'):  # emptied, or one record cut short
         (first.dir / "study.journal").write_bytes(left)
         with pytest.raises(SweepError, match="study journal .* is empty"):
-            run_sweep(tmp_path, data, resume=True)
+            run_sweep(tmp_path, data, resume=True, ray_address=ray_head)
     _, all_runs = runs(first)
     assert len([r for r in all_runs if "specsweep.trial" in r.data.tags]) == 1  # nothing logged twice
 
@@ -232,10 +233,10 @@ class KillBusyWorkers(threading.Thread):
             time.sleep(0.01)
 
 
-def test_workers_killed_holding_several_shards_lose_and_duplicate_nothing(tmp_path):
+def test_workers_killed_holding_several_shards_lose_and_duplicate_nothing(tmp_path, ray_head):
     data = {**SPEC, "pairs": ["toy"], "task": {"name": "arith", "limit": 2 * MIN_SHARD},
             "search": {**SPEC["search"], "trials": 6}, "baselines": ["ar"]}
-    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path)
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, ray_head)
     killer = KillBusyWorkers(driver)
     killer.start()
     try:
@@ -252,13 +253,13 @@ def test_workers_killed_holding_several_shards_lose_and_duplicate_nothing(tmp_pa
     assert all(r.info.status == "FINISHED" for r in all_runs)
 
 
-def test_killing_the_only_worker_waits_for_its_restart(tmp_path):
+def test_killing_the_only_worker_waits_for_its_restart(tmp_path, ray_head):
     """With one slot, the shard in flight is retried once Ray has restarted the worker, not
     burnt on calls to a worker that is still coming back."""
     data = {**SPEC, "pairs": ["toy"], "search": {**SPEC["search"], "trials": 3, "parallel": 1},
             "baselines": ["ar"], "cluster": {**SPEC["cluster"], "slots": 1}}
     killer = KillWorker()
-    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, on_progress=killer)
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, ray_head, on_progress=killer)
     killer.driver = driver
     driver.run()
     assert killer.done
@@ -268,7 +269,7 @@ def test_killing_the_only_worker_waits_for_its_restart(tmp_path):
     assert driver.executor.queue.restarting == {}
 
 
-def test_failing_trials_are_recorded_with_their_error_and_the_sweep_goes_on(tmp_path):
+def test_failing_trials_are_recorded_with_their_error_and_the_sweep_goes_on(tmp_path, ray_head):
     writing = Path(__file__).parents[2] / "workloads" / "tasks" / "fixtures" / "writing.jsonl"
     data = {
         **SPEC,
@@ -278,7 +279,8 @@ def test_failing_trials_are_recorded_with_their_error_and_the_sweep_goes_on(tmp_
         "space": {"schedule": ["linear"], "block": [2, 4], "max_new_tokens": 8},
         "search": {"sampler": "grid", "trials": 2, "parallel": 2},
     }
-    driver = run_sweep(tmp_path, data)  # writing is unscored: the accuracy objective is undefined
+    # writing is unscored: the accuracy objective is undefined
+    driver = run_sweep(tmp_path, data, ray_address=ray_head)
     failed = driver.study.get_trials(states=(optuna.trial.TrialState.FAIL,))
     assert len(failed) == 2 and all("accuracy" in t.user_attrs["error"] for t in failed)
     _, all_runs = runs(driver)

@@ -40,12 +40,13 @@ def _lock_is_free(root) -> bool:
         return True
 
 
-def test_plots_a_full_disk_refuses_are_one_line_after_the_results_are_safe(tmp_path):
+def test_plots_a_full_disk_refuses_are_one_line_after_the_results_are_safe(tmp_path, ray_head):
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(GOOD))
     plots = tmp_path / ".specsweep" / "bad" / "plots"
     _mount(plots, "4k")
     try:
-        result = CliRunner().invoke(app, ["run", str(tmp_path / "spec.yaml"), "--root", str(tmp_path)])
+        result = CliRunner().invoke(app, ["run", str(tmp_path / "spec.yaml"), "--root", str(tmp_path),
+                                          "--ray-address", ray_head])
     finally:
         subprocess.run(["umount", str(plots)], check=True)
     assert result.exit_code == 1, result.output
@@ -58,14 +59,14 @@ def test_plots_a_full_disk_refuses_are_one_line_after_the_results_are_safe(tmp_p
     assert (tmp_path / ".specsweep" / "bad" / "timing.json").is_file()  # written before the plots
 
 
-def test_a_store_the_disk_cannot_finish_is_one_line_and_resume_finishes_it(tmp_path):
+def test_a_store_the_disk_cannot_finish_is_one_line_and_resume_finishes_it(tmp_path, ray_head):
     """The whole root on a tmpfs too small for the sweep's last MLflow writes: one line naming
     the store, the lock free; once there is room, --resume ends the sweep's run FINISHED."""
     root = tmp_path / "root"
     _mount(root, "1200k")
     try:
         (root / "spec.yaml").write_text(yaml.safe_dump(GOOD))
-        run = ["run", str(root / "spec.yaml"), "--root", str(root)]
+        run = ["run", str(root / "spec.yaml"), "--root", str(root), "--ray-address", ray_head]
         full = CliRunner().invoke(app, run)
         assert full.exit_code == 2 and "Traceback" not in full.output, full.output
         last = full.stderr.strip().splitlines()[-1]

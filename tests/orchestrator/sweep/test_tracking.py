@@ -141,7 +141,7 @@ def _rest(uri: str, path: str, body: dict | None = None, **query) -> dict:
         return json.loads(response.read())
 
 
-def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
+def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path, ray_head):
     """The experiment opens as model development; runs are named for their configuration
     (baselines as such); the parent run holds the frontier table and the plots."""
     from orchestrator.spec.sweep import parse_spec
@@ -154,7 +154,7 @@ def test_a_sweep_reads_well_through_the_servers_rest_api(server, tmp_path):
             "objectives": {"throughput_tps": "max", "accuracy": "max"},
             "search": {"sampler": "grid", "trials": 2, "parallel": 2}, "baselines": ["ar"],
             "cluster": {"slots": 1}}
-    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, tracking_uri=uri)
+    driver = Driver(parse_spec(data), yaml.safe_dump(data), tmp_path, ray_head, tracking_uri=uri)
     driver.run()
     experiment = _rest(uri, "experiments/get-by-name", experiment_name="rest")["experiment"]
     tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
