@@ -11,10 +11,10 @@ import torch
 # No test may reach a hub: loading code must fail fast and clearly offline.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
-# vLLM servers started by tests keep their engine core in the API server's process: one Python
-# import of vLLM fewer, so a start takes ~14 s instead of ~20 on 2 cores (tests assert no
-# speed). Sweeps and exports keep vLLM's default; a test that kills the engine core's own
-# process sets 1 (tests/orchestrator/sweep/test_serving.py).
+# vLLM servers started by tests run the model in their engine core's process, not in a worker
+# process of its own: one Python import of vLLM fewer, so a start takes ~14.6 s instead of ~21
+# here (tests assert no speed). The engine core stays a process of its own (the API server
+# spawns `VLLM::EngineCore`), so the fault tests kill it as they would a default server's.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # Under pytest-xdist (`make test` runs two test processes on two cores) each test process, and
 # every process it starts, computes on one thread: two processes each spinning two OpenMP

@@ -17,7 +17,6 @@ pytestmark = needs_vllm
 def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_speculation(tmp_path, monkeypatch):
     """One of its servers' engine core is killed once a load is in flight: the load is served
     again on a restarted server, and the check ends as it would have."""
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # an engine core of its own to kill
     # no wait for the last server's busy polling before each load: it keeps timings apart, and
     # this test holds the check to what it measures and writes, whichever side each load wins
     monkeypatch.setattr(load, "BUSY_POLL_S", 0.0)

@@ -29,8 +29,7 @@ def _prompts(n: int) -> list[list[int]]:
     return [tokenizer(e.prompt).input_ids for e in get_task("arith").examples("test", n=n)]
 
 
-def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart(monkeypatch):
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the engine core in a process of its own
+def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
     engines = Engines({"toy-dflash": "toy-dflash"})
     config = ServingConfig(concurrency=4, max_new_tokens=32)
     prompts = _prompts(8)

@@ -85,7 +85,7 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path, ray_he
     # flight: the load is served again on a restarted server and the export verified all the same
     export = subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()", "export",
                                "served", "--root", str(tmp_path), "--out", str(out), "--verify-vllm", "4",
-                               "--check-sglang"], env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+                               "--check-sglang"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fault = KillOnce(tmp_path / ".specsweep" / "served" / "logs", export.pid)
     said, err = export.communicate(timeout=900)

@@ -1,7 +1,6 @@
 """The sustained-rate search on a real vLLM server (`make vllm`), over a sweep's settings."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -48,10 +47,9 @@ def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_
 
     # as a process of its own, its server's engine core killed once a load is in flight: the
     # probe is served again on a restarted server and the search ends as it would have
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     cli = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
     sustain = subprocess.Popen([*cli, "sustain", "rated", "--root", str(tmp_path), "--low", "1",
-                                "--high", "100", "--steps", "1", "--repeats", "2"], env=env,
+                                "--high", "100", "--steps", "1", "--repeats", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fault = KillOnce(tmp_path / ".specsweep" / "rated" / "logs", sustain.pid)
     out, err = sustain.communicate(timeout=600)

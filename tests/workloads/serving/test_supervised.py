@@ -49,17 +49,13 @@ def _fault(server: VllmServer, sig: int, times: int, said: list[str]) -> threadi
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """One server for the fault tests (each leaves it lost or started again), its engine core in
-    a process of its own."""
-    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    """One server for the fault tests (each leaves it lost or started again)."""
     server = VllmServer(EngineSettings.of(BUNDLED["toy-dflash"], DFLASH), tmp_path_factory.mktemp("faults"))
     try:
         server.start()
         yield server
     finally:
         server.stop()
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before if before is not None else "0"
 
 
 def test_a_killed_engine_core_costs_one_restart_and_the_load_is_served_again(server, arith):
@@ -152,10 +148,9 @@ def test_a_taken_port_is_tried_again_and_what_answers_there_is_not_trusted(tmp_p
 def test_conform_survives_its_engine_core_killed_with_one_restart(tmp_path):
     """`specsweep conform` with vLLM's engine core killed once its load is in flight: the check is
     served again on a restarted server and passes; the lost server's log stays under .specsweep/logs."""
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     cli = "from orchestrator.cli import main; main()"
     conform = subprocess.Popen([sys.executable, "-c", cli, "conform", "--pair", "toy-dflash", "--limit", "8"],
-                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     fault = KillOnce(tmp_path / ".specsweep" / "logs", conform.pid)
     out, err = conform.communicate(timeout=600)
