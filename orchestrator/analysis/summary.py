@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -101,28 +102,40 @@ def sweep_cost(study) -> dict[str, float]:
             "stopped_prompt_decodes": float(sum(t.user_attrs.get(STOPPED, 0) for t in trials))}
 
 
-def server_starts(shards: Path) -> int:
+@dataclass(frozen=True)
+class ServerStarts:
     """The serving-engine servers a sweep started for the shards it measured, restarts
-    included: the sum of `engine_starts` over its shard cache (`shards`, one JSON file a shard)."""
-    starts = 0
+    included, and the seconds those starts took (part of its engine-seconds)."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+
+def server_starts(shards: Path) -> ServerStarts:
+    """ServerStarts summed over a sweep's shard cache (`shards`, one JSON file a shard: its
+    `engine_starts` and `engine_start_s`)."""
+    count, seconds = 0, 0.0
     for path in shards.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):  # an unreadable entry is measured again
-            starts += int(json.loads(path.read_text()).get("engine_starts", 0))
-    return starts
+            shard = json.loads(path.read_text())
+            count += int(shard.get("engine_starts", 0))
+            seconds += float(shard.get("engine_start_s", 0.0))
+    return ServerStarts(count, seconds)
 
 
 def status_json(spec, study, shards: Path) -> dict:
     """`specsweep status --json`: the trials by state (interrupted apart from failed), what the
-    sweep cost (sweep_cost's engine-seconds, and `server_starts`)."""
+    sweep cost (sweep_cost's engine-seconds; `server_starts` and the seconds they took,
+    `server_start_s`)."""
     trials = study.get_trials(deepcopy=False)
     interrupted = sum(t.state == optuna.trial.TrialState.FAIL and bool(t.user_attrs.get("interrupted"))
                       for t in trials)
     states = {state.name.lower(): sum(t.state == state for t in trials) for state in optuna.trial.TrialState}
     states["fail"] -= interrupted
-    cost = sweep_cost(study)
+    cost, starts = sweep_cost(study), server_starts(shards)
     return {"sweep": spec.name, "trials": {**states, "interrupted": interrupted},
-            "engine_seconds": round(cost["engine_s"], 3), "server_starts": server_starts(shards),
-            "prompt_decodes": int(cost["prompt_decodes"])}
+            "engine_seconds": round(cost["engine_s"], 3), "server_starts": starts.count,
+            "server_start_s": round(starts.seconds, 3), "prompt_decodes": int(cost["prompt_decodes"])}
 
 
 def fidelity_lines(trials: list, metric: str) -> list[str]:
@@ -176,7 +189,8 @@ def all_failed(study) -> str | None:
             f"{failed[0].user_attrs['error']}")
 
 
-def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0, starts: int = 0) -> list[str]:
+def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0,
+                 starts: ServerStarts = ServerStarts()) -> list[str]:
     """`specsweep status`: trial counts by state, baselines, frontier size and hypervolume,
     timing drift, worker hardware, where the MLflow runs are."""
     lines = []
@@ -205,7 +219,7 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0, st
              if stopped and not untimed else "")
     lines.append(f"cost: {cost['prompt_decodes']:.0f} prompt-decodes, {cost['decode_s']:.1f} s of decoding, "
                  f"{cost['engine_s']:.1f} engine-seconds (trials and baselines{raced})"
-                 + (f", {starts} server starts" if served else ""))
+                 + (f", {starts.count} server starts ({starts.seconds:.1f} s of them)" if served else ""))
     found = sorted(baselines(study).items())
     if found:
         lines.append("baselines (timed once, before the trials; a trial's ratio is against the controls "

@@ -239,8 +239,8 @@ def status(
     reference: str = typer.Option(
         "worst", "--reference", help="Hypervolume reference: worst | ar | ar:PAIR."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Trials by state, engine_seconds and server_starts "
-                                 "as one JSON object."),
+    as_json: bool = typer.Option(False, "--json", help="Trials by state, engine_seconds, server_starts "
+                                 "and server_start_s as one JSON object."),
 ) -> None:
     """Trials finished, failed and in flight; baselines; frontier size; what it cost (engine-seconds,
     serving-engine server starts); where results are."""
