@@ -45,6 +45,25 @@ def sweep_picks(root: Path, sweep: str, by: str | None = None) -> tuple[str, dic
     return pairs.pop(), {c: config for c, (_, config) in best.items()}
 
 
+def pair_and_prompts(root: Path, sweeps: list[str], pairs: set[str]) -> tuple[dict, list[list[int]]]:
+    """The checkpoints of the one pair the sweeps pick from (`pairs`: each sweep's) and the
+    first sweep's prompts as that pair's token ids; ValueError for sweeps of several pairs."""
+    from orchestrator.sweep.prompts import pair_prompts
+    from orchestrator.sweep.study import load_sweep
+    from workloads.models.pair import load_tokenizer
+    from workloads.models.pairspec import refs
+    from workloads.tasks import get_task
+
+    if len(pairs) > 1:
+        raise ValueError(f"sweeps: they pick from different pairs ({', '.join(sorted(pairs))})")
+    spec, _ = load_sweep(root, sweeps[0])
+    pair = next(p for p in spec.pairs if p.name in pairs)
+    task = get_task(spec.task.name, spec.task.data)
+    texts = pair_prompts(spec, task, task.examples(n=spec.task.limit, seed=spec.task.seed))[pair.name]
+    tokenizer = load_tokenizer(pair.load_spec())
+    return refs(pair.load_spec()), [tokenizer(t, verbose=False).input_ids for t in texts.values()]
+
+
 def serve_picks(refs: dict, ids: list[list[int]], picks: dict[str, dict[int, ServingConfig]], repeats: int,
                 progress: Callable[[str], None] | None = None) -> list[dict]:
     """One row per (concurrency, sweep): its pick, median tokens/s over `repeats` loads

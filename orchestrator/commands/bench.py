@@ -216,26 +216,13 @@ def picks_bench(
     """Each sweep's best configuration per concurrency, served again in one run, their
     loads interleaved on resident servers, on the first sweep's prompts: median tokens/s and
     the gap to the fastest pick there."""
-    from orchestrator.bench.picks import serve_picks, sweep_picks, table
-    from orchestrator.sweep.prompts import pair_prompts
-    from orchestrator.sweep.study import load_sweep
-    from workloads.models.pair import load_tokenizer
-    from workloads.models.pairspec import refs
+    from orchestrator.bench.picks import pair_and_prompts, serve_picks, sweep_picks, table
     from workloads.serving.venv import vllm_python
-    from workloads.tasks import get_task
 
     vllm_python()
     chosen = {name: sweep_picks(Path(root), name, by) for name in sweeps}
-    pairs = {pair for pair, _ in chosen.values()}
-    if len(pairs) > 1:
-        raise ValueError(f"sweeps: they pick from different pairs ({', '.join(sorted(pairs))})")
-    spec, _ = load_sweep(Path(root), sweeps[0])
-    pair = next(p for p in spec.pairs if p.name in pairs)
-    task = get_task(spec.task.name, spec.task.data)
-    texts = pair_prompts(spec, task, task.examples(n=spec.task.limit, seed=spec.task.seed))[pair.name]
-    tokenizer = load_tokenizer(pair.load_spec())
-    ids = [tokenizer(t, verbose=False).input_ids for t in texts.values()]
-    rows = serve_picks(refs(pair.load_spec()), ids, {n: c for n, (_, c) in chosen.items()}, repeats,
+    checkpoints, ids = pair_and_prompts(Path(root), sweeps, {pair for pair, _ in chosen.values()})
+    rows = serve_picks(checkpoints, ids, {n: c for n, (_, c) in chosen.items()}, repeats,
                        progress=None if as_json else lambda msg: typer.echo(msg, err=True))
     _show(_json(rows) if as_json else table(rows))
 
@@ -378,3 +365,27 @@ def predict_bench(
         spec, other = load_sweep(Path(root), research)
         lines += predictions(predictor, method, frontier_rows(spec, other, {}), spec.pair_kinds)
     _show(lines)
+
+
+@app.command("starts")
+@user_errors
+def starts_bench(
+    pair: str = typer.Option("toy-dflash", help="Pair (bundled name)."),
+    method: str = typer.Option("dflash", help="vLLM speculative method."),
+    drafts: int = typer.Option(7, "--num-speculative-tokens", min=1),
+    concurrency: int = typer.Option(4, min=1),
+    n: int = typer.Option(16, "--n", min=1, help="arith test prompts."),
+    max_new_tokens: int = typer.Option(48),
+    blocks: int = typer.Option(6, min=2, help="Timed blocks C1 S1 C0 S0 S0 C0 S1 C1."),
+) -> None:
+    """A vLLM server start's parts (`make vllm`), with the model in a worker process of its own
+    and in the engine core's, and whether the speed ratio a sweep measures is the same both ways."""
+    from orchestrator.bench import starts
+    from orchestrator.bench.decode import arith
+    from workloads.models.pair import load_tokenizer
+    from workloads.models.pairspec import refs
+    from workloads.serving.config import ServingConfig
+
+    config = ServingConfig(method, drafts, concurrency=concurrency, max_new_tokens=max_new_tokens)
+    ids = [load_tokenizer(pair)(p).input_ids for p in arith(n)[0]]
+    _show(starts.check(refs(pair), config, ids, blocks, lambda line: typer.echo(line, err=True)).lines())

@@ -49,17 +49,23 @@ class SpeedRatio:
                 + ("contains 1" if self.holds else "DIFFERS"))
 
 
-def speed_ratio(blocks: list[tuple[float, float, float, float]], level: float = LEVEL) -> SpeedRatio:
-    """From B >= 2 blocks of walls (a1, b1, b2, a2), A the resident server, B its twin:
-    r_i = ln((b1 + b2) / (a1 + a2)), ratio = exp(mean r) and the interval
+def log_ratio_interval(r: list[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """From B >= 2 blocks' log ratios r_i: exp(mean r) and its interval
     exp(mean r +- t_{(1 + level)/2, B - 1} * sd(r) / sqrt(B)) (Student's t; exact when the r_i
-    are independent and normal; drift linear in time cancels within a block)."""
-    if len(blocks) < 2:
+    are independent and normal)."""
+    if len(r) < 2:
         raise ValueError("a speed interval needs at least 2 blocks")
-    r = [math.log((b1 + b2) / (a1 + a2)) for a1, b1, b2, a2 in blocks]
     mean, sd = statistics.fmean(r), statistics.stdev(r)
     half = stats.t.ppf((1 + level) / 2, len(r) - 1) * sd / math.sqrt(len(r))
-    return SpeedRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(r), level)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def speed_ratio(blocks: list[tuple[float, float, float, float]], level: float = LEVEL) -> SpeedRatio:
+    """From B >= 2 blocks of walls (a1, b1, b2, a2), A the resident server, B its twin:
+    r_i = ln((b1 + b2) / (a1 + a2)) and its interval (log_ratio_interval; drift linear in time
+    cancels within a block)."""
+    r = [math.log((b1 + b2) / (a1 + a2)) for a1, b1, b2, a2 in blocks]
+    return SpeedRatio(*log_ratio_interval(r, level), len(r), level)
 
 
 def timed(resident: VllmServer, twin: VllmServer, ids: list[list[int]], config: ServingConfig,

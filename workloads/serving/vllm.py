@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from workloads.serving import plugin
 from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.counters import Counters
 from workloads.serving.ports import free_port, listening_pids
@@ -54,9 +55,14 @@ class EngineSettings:
     workaround: bool = True  # the plugin's kernel workaround where the check finds the defect
     kv_cache_bytes: int | None = None  # a fixed KV cache (CPU_ENV's, written out for a deployment)
     config_file: str | None = None  # started from this `vllm serve --config` file instead, as a user would
+    # the model in a worker process of its own (vLLM's default on CPU), or in the engine core's
+    # (False: one interpreter fewer to start); None leaves it to the environment
+    worker_process: bool | None = None
 
     def environment(self) -> dict[str, str]:
-        return {"SPECSWEEP_VLLM_WORKAROUND": "on" if self.workaround else "off"}
+        own = {} if self.worker_process is None else {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if self.worker_process else "0"}
+        return {"SPECSWEEP_VLLM_WORKAROUND": "on" if self.workaround else "off", **own}
 
     @property
     def draft_tokens(self) -> int | None:
@@ -303,17 +309,7 @@ class VllmServer:
 
     def kernel_check(self) -> str:
         """What the plugin found and did, in one line."""
-        if not self.report:
-            return "vLLM kernel check: no report (the plugin did not run; run `make vllm`)"
-        drafter = self.report.get("drafter")
-        port = f"; drafted by the plugin's V1 port {drafter}" if drafter else ""
-        if not self.report.get("rms_norm_row_zero_defect"):
-            return "vLLM kernel check: rms_norm is right; nothing worked around" + port
-        if not self.report.get("workaround", True):
-            return ("vLLM kernel check: rms_norm row-0 defect found, workaround off "
-                    "(multi-layer DFlash drafts normalise context K with layer 0's weight)")
-        return ("vLLM kernel check: rms_norm row-0 defect found, worked around in "
-                + (", ".join(self.report.get("patched", [])) or "no loaded module") + port)
+        return plugin.kernel_check(self.report)
 
     def alive(self) -> bool:
         """Its process runs and it answers /health (a dead engine core fails the check)."""
