@@ -43,8 +43,9 @@ def ray_head():
     --ray-address (or Driver's ray_address) instead of each starting and stopping a head of its
     own (4 to 10 s a sweep on 2 cores); stopped at the end of the session. Three CPUs and two of
     the tests' simulated GPU slots (`gpu_slot`): two worker slots and the driver's tasks, as the
-    largest local head a test sweep asks for has. The tests of the local head itself (start,
-    interrupt, lost node: test_raycluster.py) and one CLI sweep keep heads of their own."""
+    largest local head a test sweep asks for has. Heads of their own: the tests of the local head
+    itself (test_raycluster.py), the demo's path as one CLI sweep, SIGTERM to a sweep process,
+    and the two-node cluster's local twin."""
     temp = f"/tmp/specsweep-ray-tests-{os.getpid()}"
     helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, "3", temp], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, start_new_session=True,

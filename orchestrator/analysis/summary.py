@@ -123,7 +123,7 @@ def server_starts(shards: Path) -> ServerStarts:
     return ServerStarts(count, seconds)
 
 
-def status_json(spec, study, shards: Path) -> dict:
+def status_json(spec, study, starts: ServerStarts) -> dict:
     """`specsweep status --json`: the trials by state (interrupted apart from failed), what the
     sweep cost (sweep_cost's engine-seconds; `server_starts` and the seconds they took,
     `server_start_s`)."""
@@ -132,7 +132,7 @@ def status_json(spec, study, shards: Path) -> dict:
                       for t in trials)
     states = {state.name.lower(): sum(t.state == state for t in trials) for state in optuna.trial.TrialState}
     states["fail"] -= interrupted
-    cost, starts = sweep_cost(study), server_starts(shards)
+    cost = sweep_cost(study)
     return {"sweep": spec.name, "trials": {**states, "interrupted": interrupted},
             "engine_seconds": round(cost["engine_s"], 3), "server_starts": starts.count,
             "server_start_s": round(starts.seconds, 3), "prompt_decodes": int(cost["prompt_decodes"])}

@@ -49,13 +49,14 @@ def spawned(server: VllmServer) -> dict[str, float]:
     group = server.process.pid
     found = {}
     for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.getpgid(int(proc.name)) != group:
+        try:  # after the ")" closing the name: pgrp is the 3rd field, starttime the 20th
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != group:
                 continue
             title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            began = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[19]) / TICKS
         except (OSError, ValueError):
             continue
+        began = int(fields[19]) / TICKS
         if int(proc.name) == group:
             found["guard"] = began
         elif title.startswith("VLLM::EngineCore"):

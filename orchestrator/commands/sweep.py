@@ -249,10 +249,10 @@ def status(
 
     spec, study = load_sweep(root, name)
     directory = state_dir(root, name)
-    if as_json:
-        typer.echo(json.dumps(status_json(spec, study, directory / "shards")))
-        return
     starts = server_starts(directory / "shards")
+    if as_json:
+        typer.echo(json.dumps(status_json(spec, study, starts)))
+        return
     for line in status_lines(spec, study, reference, journal_cut(directory), starts):
         typer.echo(line)
 
