@@ -13,14 +13,13 @@ harness rejects a known-inexact configuration, so a pass means something.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import pytest
 from scipy.stats import chisquare
 
-from tests.workloads.decoding.laws import PROMPT, ar_joint, law_pair, law_self, marginal
-from workloads.decoding import DecodeConfig, decode, is_exact
+from tests.workloads.decoding.laws import ar_joint, law_pair, law_self, marginal, seeded_decodes
+from workloads.decoding import DecodeConfig, is_exact
 
 pytestmark = pytest.mark.slow  # sampled joint-law harness: thousands of decodes per case
 
@@ -37,8 +36,7 @@ def sampled(pair, config: DecodeConfig) -> tuple[float, float]:
     drafted (verified) tokens per decode."""
     counts: Counter = Counter()
     drafted = 0
-    for seed in range(SAMPLES):
-        result = decode(pair, PROMPT, dataclasses.replace(config, seed=10_000 + seed))
+    for result in seeded_decodes(pair, config, range(10_000, 10_000 + SAMPLES)):
         counts[tuple(result.token_ids[TESTED])] += 1
         drafted += result.drafted
     cells = sorted(EXPECTED)

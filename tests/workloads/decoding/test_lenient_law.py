@@ -13,7 +13,6 @@ fixed seeds.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 
@@ -22,9 +21,9 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import chisquare
 
-from tests.workloads.decoding.laws import PROMPT, TOK, A, B, ar_b, draft_b, law_pair, law_self
+from tests.workloads.decoding.laws import PROMPT, TOK, A, B, ar_b, draft_b, law_pair, law_self, seeded_decodes
 from workloads.decoding import DecodeConfig, acceptance, decode
-from workloads.decoding.acceptance import verify
+from workloads.decoding.acceptance import verify_rows
 
 pytestmark = pytest.mark.slow  # sampled rule-law harness: thousands of decodes per case
 
@@ -76,17 +75,16 @@ DRAWS = 4000
 
 
 def verify_draws(rule: str, leniency: float) -> tuple[Counter, Counter]:
-    """What position 1 emits, and what position 2 emits when position 1 was accepted."""
+    """What position 1 emits, and what position 2 emits when position 1 was accepted, over
+    DRAWS drafts verified as the rows of one batch."""
     g = torch.Generator().manual_seed(7)
-    first, second = Counter(), Counter()
-    for _ in range(DRAWS):
-        draft = torch.multinomial(Q, 1, generator=g).squeeze(1)  # (B,)
-        v = verify(rule, P, Q, draft, torch.rand(2, generator=g),
-                   torch.empty(3, 4).exponential_(generator=g), leniency)
-        first[int(draft[0]) if v.accepted >= 1 else v.token] += 1
-        if v.accepted >= 1:
-            second[int(draft[1]) if v.accepted == 2 else v.token] += 1
-    return first, second
+    draft = torch.multinomial(Q, DRAWS, replacement=True, generator=g).T  # (DRAWS, B)
+    uniforms, noise = torch.rand(DRAWS, 2, generator=g), torch.empty(DRAWS, 3, 4).exponential_(generator=g)
+    accepted, token = verify_rows(rule, P.expand(DRAWS, -1, -1), Q.expand(DRAWS, -1, -1), draft,
+                                  torch.full((DRAWS,), 2), uniforms, noise, leniency)
+    first = torch.where(accepted >= 1, draft[:, 0], token)
+    second = torch.where(accepted == 2, draft[:, 1], token)[accepted >= 1]
+    return Counter(first.tolist()), Counter(second.tolist())
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -134,8 +132,7 @@ def engine_law(rule: str, leniency: float) -> dict[tuple[int, int], float]:
 
 def engine_pvalue(pair, config: DecodeConfig) -> float:
     counts, drafted = Counter(), 0
-    for seed in range(SAMPLES):
-        result = decode(pair, PROMPT, dataclasses.replace(config, seed=20_000 + seed))
+    for result in seeded_decodes(pair, config, range(20_000, 20_000 + SAMPLES)):
         counts[tuple(result.token_ids[:2])] += 1
         drafted += result.drafted
     assert drafted >= SAMPLES  # the second token always went through a verified draft
