@@ -29,7 +29,7 @@ from orchestrator.search.registry import STRATEGIES
 from orchestrator.search.samplers import directions, make_sampler
 from orchestrator.search.strategy import Decision, Measured, Progress, Request, Strategy, Sweep
 from orchestrator.spec.space import batch_sizes, grid, params_key
-from orchestrator.spec.sweep import RacingSpec, SweepSpec
+from orchestrator.spec.sweep import FidelitySpec, RacingSpec, SweepSpec
 from orchestrator.stored import STOPPED
 
 SHARES = (0.1, 0.25, 0.5)  # of the grid's trial count, where `compare_strategies` reads hypervolume
@@ -51,21 +51,24 @@ class Replayed:
 
 def replay(spec: SweepSpec, strategy: str, seed: int, order: list[int],
            measure: Callable[[Request], Measured], values: Callable[[Decision], list[float]], trials: int,
-           racing: Racing | None = None, guide: str | None = None, budget: float = math.inf) -> Replayed:
+           racing: Racing | None = None, guide: str | None = None, budget: float = math.inf,
+           fidelity: FidelitySpec | None = None, prompts: dict | None = None) -> Replayed:
     """Run `strategy` (a registered one, `guided`: TPE after the guided start of the `guide`
     calibration, or `auto`) on the grid of `spec` as a live sweep would, one request at a
     time, until it ends, `trials` candidates have finished or `budget` engine-seconds are
-    spent: `measure` answers each request (prompts of `order`); each decided candidate is
-    told to Optuna as the recorder would (`values`, its objectives; pruned when stopped,
-    failed when it failed, and then not counted)."""
+    spent: `measure` answers each request (prompts of `order`; `prompts`, pair -> index ->
+    text, where the strategy reads them); each decided candidate is told to Optuna as the
+    recorder would (`values`, its objectives; pruned when stopped, failed when it failed, and
+    then not counted). `fidelity`: the multi-fidelity search's settings (default: the spec's)."""
     sampler = "tpe" if strategy in ("guided", "auto") else strategy
     raced = racing and RacingSpec(start=racing.start, factor=racing.factor, alpha=racing.alpha)
     search_spec = spec.search.model_copy(update={"sampler": sampler, "seed": seed, "parallel": 1,
-                                                 "trials": trials, "racing": raced, "guide": guide})
+                                                 "trials": trials, "racing": raced, "guide": guide,
+                                                 "fidelity": fidelity or spec.search.fidelity})
     study = optuna.create_study(directions=directions(spec), sampler=bench_sampler(spec, strategy, seed))
     progress = Progress(trials)
     search = STRATEGIES[sampler](Sweep(spec.model_copy(update={"search": search_spec}), study, progress,
-                                       order, {}))
+                                       order, prompts or {}))
     decided: list[tuple[Decision, float]] = []
     spent = 0.0
     while spent < budget and (requests := search.ask(0)):
@@ -251,7 +254,7 @@ def race_strategies(root: Path, sweep: str, seeds: int, racing: Racing,
 
     def measure(request: Request) -> Measured:
         if not request.timed:  # a multi-fidelity profile: decoded here, untimed
-            return Measured(*profiler(request.key, request.start, request.end))
+            return Measured(*profiler(request))
         rows = records[request.key][request.start:request.end]
         return Measured(rows, sum(r["wall_s"] for r in rows), [{"records": rows}])
 

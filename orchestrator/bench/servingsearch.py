@@ -1,10 +1,11 @@
 """Search strategies on a serving grid (a vLLM sweep over method, drafts and concurrency),
-replayed: each configuration's tokens/s, ratio and engine-seconds are the grid's, its
-acceptance is measured here for real (workloads/serving/acceptance.py) for the multi-fidelity
-search, which times only what search/servingsearch.py says can still win.
+replayed through the search protocol (search/strategy.py), as bench/search.py replays them on
+specsweep's grids: every registered strategy asks and is told as in a live sweep, each timing
+answered with the grid's trial (its tokens/s, ratio and accuracy), each profile of the
+multi-fidelity search decoded here for real (bench/fidelity.Profiler).
 
 Cost is engine-seconds as a worker spends them: the control server's start once, a
-speculative server's start whenever the setting served changes (the grid recorded each
+speculative server's start whenever the method served changes (the grid recorded each
 setting's start on its first trial), and each configuration's loads, repeats and controls.
 Per concurrency, the pick is the fastest configuration a strategy measured; its gap is
 against the grid's fastest there, hypervolume and recall over (tokens/s, accuracy) there.
@@ -13,7 +14,6 @@ against the grid's fastest there, hypervolume and recall over (tokens/s, accurac
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +21,13 @@ import optuna
 
 from orchestrator.analysis.frontier import hypervolume
 from orchestrator.analysis.metrics import pareto_front
-from orchestrator.search.samplers import ask_untried, directions, make_sampler
-from orchestrator.search.servingsearch import ERROR, TOLERANCE, ServingSearch, validate
+from orchestrator.bench.search import replay, replayed_strategies
+from orchestrator.search.servingfidelity import ServingFidelity
+from orchestrator.search.servingsearch import ERROR, TOLERANCE, validate
+from orchestrator.search.strategy import Decision, Measured, Request
 from orchestrator.spec.space import params_key
-from orchestrator.spec.sweep import SweepSpec
+from orchestrator.spec.sweep import FidelitySpec, SweepSpec
 
-SAMPLERS = ("grid", "random", "tpe", "gp", "nsga2")
 BUDGETS = (0.25, 0.5)
 
 
@@ -52,10 +53,27 @@ class Point:
         return {"throughput_tps": self.tps, "throughput_ratio": self.ratio, "accuracy": self.accuracy}[metric]
 
 
-def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]:
-    """A finished vLLM grid sweep's trials by params key; ValueError where it is not one."""
+@dataclass(frozen=True)
+class Grid:
+    """A finished vLLM grid as a replay reads it: its spec, points, prompt indices in decoding
+    order and prompts (pair -> index -> text)."""
+
+    spec: SweepSpec
+    points: dict[tuple, Point]
+    order: list[int]
+    prompts: dict[str, dict[int, str]]
+
+    def values(self, decision: Decision) -> list[float]:
+        """A decided candidate's objectives, as the grid measured them."""
+        return [self.points[decision.key].value(m) for m in self.spec.objectives]
+
+
+def serving_grid(root: Path, sweep: str) -> Grid:
+    """A finished vLLM grid sweep's trials by params key, and its prompts; ValueError where it
+    is not one."""
     from orchestrator.engines import engine_of
     from orchestrator.spec.space import grid
+    from orchestrator.sweep.prompts import spec_prompts
     from orchestrator.sweep.study import load_sweep
 
     spec, study = load_sweep(root, sweep)
@@ -77,7 +95,8 @@ def serving_grid(root: Path, sweep: str) -> tuple[SweepSpec, dict[tuple, Point]]
     if len(points) < len(grid(spec)):
         raise ValueError(f"--serving: {sweep} finished {len(points)} of its {len(grid(spec))} grid points; "
                          "finish it first (specsweep run SPEC --resume)")
-    return spec, points
+    _, examples, prompts = spec_prompts(spec)
+    return Grid(spec, points, [e.index for e in examples], prompts)
 
 
 def starts(points: dict[tuple, Point]) -> dict[str, float]:
@@ -114,77 +133,59 @@ class Ledger:
         self.spent += point.engine_s - point.start_s
 
 
-def sampled(spec: SweepSpec, points: dict[tuple, Point], strategy: str, seed: int,
-            budget: float) -> list[Point]:
-    """The configurations a sampler (or the grid in a seeded order) measures within `budget`
-    engine-seconds."""
-    import random
-
-    ledger, found = Ledger(points), []
-    keys = list(points)
-    random.Random(seed).shuffle(keys)
-    study = None if strategy == "grid" else optuna.create_study(
-        directions=directions(spec), sampler=make_sampler(spec, strategy, seed))
-    seen: set[tuple] = set()
-    while len(seen) < len(points):
-        if study is None:
-            key, trial = keys[len(seen)], None
-        else:
-            asked = ask_untried(study, spec, lambda k, _: k in seen or k not in points,
-                                lambda: [dict(k) for k in points if k not in seen])
-            if asked is None:
-                break
-            trial, key = asked[0], params_key(asked[0].params)
-        seen.add(key)
-        ledger.run(points[key])
-        if ledger.spent > budget:
-            break
-        found.append(points[key])
-        if trial is not None:
-            study.tell(trial, [points[key].value(m) for m in spec.objectives])
-    return found
+TOKENS = 1000.0  # a replayed load's tokens: any amount gives the point's tokens/s and ratio
 
 
-def acceptance(spec: SweepSpec, points: dict[tuple, Point]):
-    """Each setting's Acceptance, measured here, and the seconds it took."""
-    from orchestrator.sweep.prompts import spec_prompts
-    from workloads.models import load_pair
-    from workloads.serving.acceptance import measure
-    from workloads.serving.config import ServingConfig
-
-    pair = spec.pairs[0]
-    texts = list(spec_prompts(spec)[2][pair.name].values())
-    tokens = max(spec.dimension_values().get("max_new_tokens", [48]))
-    settings = sorted({p.setting for p in points.values()})
-    configs = {s: ServingConfig(*s, max_new_tokens=tokens) for s in settings}
-    loaded = load_pair(pair.load_spec())
-    began = time.perf_counter()
-    measured = measure(loaded, texts, list(configs.values()))
-    return {s: measured[c] for s, c in configs.items()}, time.perf_counter() - began
+def served_result(point: Point) -> dict:
+    """A shard result whose trial outcome (analysis.outcome.trial_outcome) is the grid point's:
+    one load of TOKENS tokens at its tokens/s, answered right at its accuracy, and a control
+    load at tokens/s ÷ ratio, so throughput_tps = tps and throughput_ratio = ratio."""
+    wall = TOKENS / point.tps
+    record = {"index": 0, "new_tokens": TOKENS, "wall_s": wall, "batch": 0, "batch_wall_s": wall,
+              "correct": point.accuracy, "ttft_s": 0.0, "tpot_s": wall / TOKENS, "itl_s": []}
+    control = {"index": 0, "new_tokens": TOKENS, "wall_s": wall * point.ratio, "at": 0.0, "repeats": 1}
+    return {"records": [record], "controls": [control]}
 
 
-def multifidelity(points: dict[tuple, Point], profiles: dict, tolerance: float, error: float
-                  ) -> tuple[ServingSearch, list[Point], Ledger, list[dict]]:
-    """The search run to its end on the grid's measurements: its state, the configurations it
-    timed, what they cost (engine-seconds, server starts), and each timing's prediction made
-    before it (where the search had one)."""
-    by = {(p.setting, p.concurrency): p for p in points.values()}
-    concurrencies = sorted({p.concurrency for p in points.values()})
-    search = ServingSearch({s: (a.step_gain, a.width) for s, a in profiles.items()}, concurrencies,
-                           tolerance, error)
-    ledger, timed, predictions = Ledger(points), [], []
-    while (step := search.next()) is not None:
-        setting, where = step
-        for c in where:
-            point = by[setting, c]
-            before = search.predicted(setting, c)
-            if before is not None:
-                predictions.append({"setting": setting, "concurrency": c, "predicted": before,
-                                    "measured": point.tps})
-            ledger.run(point)
-            timed.append(point)
-            search.tell(setting, c, point.tps, point.ratio)
-    return search, timed, ledger, predictions
+class ServedReplay:
+    """Answers a replayed strategy's requests on a vLLM grid: a timing with its grid point
+    (`served_result`) and the engine-seconds a worker on resident servers spends on it
+    (`ledger`); a profile decoded for real by `profiler` (the multi-fidelity search's)."""
+
+    def __init__(self, points: dict[tuple, Point], profiler=None):
+        self.points, self.profiler, self.ledger = points, profiler, Ledger(points)
+
+    def __call__(self, request: Request) -> Measured:
+        if not request.timed:
+            return Measured(*self.profiler(request))
+        before = self.ledger.spent
+        self.ledger.run(self.points[request.key])
+        result = served_result(self.points[request.key])
+        return Measured(result["records"], self.ledger.spent - before, [result])
+
+
+def sampled(grid: Grid, strategy: str, seed: int, budget: float) -> list[Point]:
+    """The configurations a registered strategy finishes within `budget` engine-seconds."""
+    run = replay(grid.spec, strategy, seed, grid.order, ServedReplay(grid.points), grid.values,
+                 len(grid.points), budget=budget, prompts=grid.prompts)
+    return [grid.points[key] for key, at in run.finished() if at <= budget]
+
+
+def multifidelity(grid: Grid, tolerance: float, error: float) -> tuple[ServingFidelity, float, Ledger]:
+    """The registered multi-fidelity search run to its end on the grid: its state, its
+    engine-seconds (profiles included) and its timings' cost (engine-seconds, server starts)."""
+    from orchestrator.bench.fidelity import Profiler
+
+    measure = ServedReplay(grid.points, Profiler(grid.spec, grid.order))
+    run = replay(grid.spec, "multifidelity", 0, grid.order, measure, grid.values, len(grid.points),
+                 fidelity=FidelitySpec(tolerance=tolerance, error=error), prompts=grid.prompts)
+    return run.search, run.spent, measure.ledger
+
+
+def picked(search: ServingFidelity, points: dict[tuple, Point], setting: tuple, concurrency: int) -> Point:
+    """The grid point of a setting the search names at `concurrency` (("none", 0): the control)."""
+    return next(points[k] for k, (_, config) in search.configs.items() if config.concurrency == concurrency
+                and (config.setting == setting or setting[0] == config.method == "none"))
 
 
 def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency: int, speed: str,
@@ -207,13 +208,15 @@ def per_concurrency(points: dict[tuple, Point], found: list[Point], concurrency:
 
 
 def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TOLERANCE,
-                       error: float = ERROR) -> tuple[list[dict], list[dict]]:
+                       error: float = ERROR) -> tuple[list[dict], list[dict], list[dict]]:
     """Rows (strategy, racing, budget, concurrency, cost_fraction, pick_gap,
-    hypervolume_fraction, recall; means over seeds for the samplers at each budget share),
-    the multi-fidelity search's predictions against the grid's measurements, and the
-    step-cost model left out one configuration at a time over the whole grid (`validate`)."""
-    spec, points = serving_grid(root, sweep)
-    speed = next(m for m in spec.objectives if m != "accuracy")
+    hypervolume_fraction, recall; means over seeds for every registered strategy at each
+    budget share, the multi-fidelity search run to its end), the multi-fidelity search's
+    predictions (made before each timing) against the grid's measurements, and the step-cost
+    model left out one configuration at a time over the whole grid (`validate`)."""
+    grid = serving_grid(root, sweep)
+    points = grid.points
+    speed = next(m for m in grid.spec.objectives if m != "accuracy")
     full = Ledger(points)
     for p in sorted(points.values(), key=lambda p: (p.setting, p.concurrency)):
         full.run(p)
@@ -221,34 +224,39 @@ def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TO
     concurrencies = sorted({p.concurrency for p in points.values()})
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # GP warns on every conditional ask
     rows = []
-    for strategy in SAMPLERS:
+    for strategy in replayed_strategies():
         for share in BUDGETS:
-            runs = [sampled(spec, points, strategy, s, share * grid_cost) for s in range(seeds)]
+            runs = [sampled(grid, strategy, s, share * grid_cost) for s in range(seeds)]
             for c in concurrencies:
                 cells = [per_concurrency(points, found, c, speed) for found in runs]
                 rows.append({"strategy": strategy, "racing": False, "budget": share, "concurrency": c,
                              "cost_fraction": share,
                              **{k: statistics.mean(cell[k] for cell in cells)
                                 for k in ("pick_gap", "hypervolume_fraction", "recall")}})
-    profiles, profile_s = acceptance(spec, points)
-    search, timed, ledger, predictions = multifidelity(points, profiles, tolerance, error)
-    spent = ledger.spent
+    search, spent, ledger = multifidelity(grid, tolerance, error)
+    (pair_search,) = search.searches.values()  # a serving grid replays one pair
+    timed = [points[key] for key in search.timed]
     # the control is measured beside every timing: no speculation is known wherever one ran
-    by = {(p.setting, p.concurrency): p for p in points.values()}
-    found = timed + [by[("none", 0), c] for c in concurrencies if any(p.concurrency == c for p in timed)]
+    found = timed + [picked(search, points, ("none", 0), c) for c in concurrencies
+                     if any(p.concurrency == c for p in timed)]
+    picks = {c: picked(search, points, setting, c) for c, setting in pair_search.picks().items()}
     for c in concurrencies:
         rows.append({"strategy": "multifidelity", "racing": True, "budget": None,
-                     "cost_fraction": (spent + profile_s) / grid_cost,
-                     "profile_fraction": profile_s / grid_cost, "engine_seconds": spent + profile_s,
+                     "cost_fraction": spent / grid_cost,
+                     "profile_fraction": search.spent["profile"] / grid_cost, "engine_seconds": spent,
                      "server_starts": ledger.starts, "grid_engine_seconds": grid_cost,
                      "grid_server_starts": full.starts,
                      "timed": [f"{p.method} {p.drafts}" for p in timed if p.concurrency == c],
-                     "pick": "{} {}".format(*search.picks()[c]),
-                     **per_concurrency(points, found, c, speed, by[search.picks()[c], c])})
-    timed = [{"method": p.method, "drafts": p.drafts, "concurrency": p.concurrency, "ratio": p.ratio,
-              "gain": profiles[p.setting].step_gain, "width": profiles[p.setting].width}
-             for p in points.values()]
-    return rows, predictions, validate(timed)
+                     "pick": f"{picks[c].method} {picks[c].drafts}",
+                     **per_concurrency(points, found, c, speed, picks[c])})
+    first = search.objectives[0]  # what the search predicts before a timing, in its unit
+    predictions = [{"setting": points[k].setting, "concurrency": points[k].concurrency, "metric": first,
+                    "predicted": before, "measured": points[k].value(first)}
+                   for k, before in search.predicted_before.items()]
+    cells = [{"method": p.method, "drafts": p.drafts, "concurrency": p.concurrency, "ratio": p.ratio,
+              **dict(zip(("gain", "width"), pair_search.gains[search.configs[k][1].setting]))}
+             for k, p in points.items()]
+    return rows, predictions, validate(cells)
 
 
 def serving_table(rows: list[dict], predictions: list[dict], checked: list[dict], sweep: str,
@@ -272,7 +280,7 @@ def serving_table(rows: list[dict], predictions: list[dict], checked: list[dict]
                  f"{mf['engine_seconds']:.1f} engine-seconds, {mf['server_starts']} server starts")
     for p in predictions:
         lines.append(f"predicted before timing: {p['setting'][0]} {p['setting'][1]} at c={p['concurrency']}: "
-                     f"{p['predicted']:.0f} tok/s, measured {p['measured']:.0f} "
+                     f"{p['metric']} {p['predicted']:.4g}, measured {p['measured']:.4g} "
                      f"({p['predicted'] / p['measured'] - 1:+.1%})")
     lines.append("the step-cost model, each configuration left out (ratio predicted from its acceptance "
                  "and its method's line there):")

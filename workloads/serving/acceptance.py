@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.decoding import DecodeConfig, decode_batch
+from workloads.decoding import DecodeConfig
 from workloads.decoding.kinds import PairKind
 from workloads.serving.config import ServingConfig
 from workloads.serving.ngram import replay
@@ -74,17 +74,3 @@ class Acceptance:
     def mean_accept_len(self) -> float:
         """Accepted tokens per draft (vLLM's mean acceptance length less one)."""
         return self.accepted / self.iterations if self.iterations else 0.0
-
-
-def measure(pair, texts: list[str], configs: list[ServingConfig]) -> dict[ServingConfig, Acceptance]:
-    """The Acceptance of each of `configs` (greedy) on `texts` with the loaded `pair`, one
-    batch per distinct profile_config."""
-    decoded: dict[DecodeConfig, list[dict]] = {}
-    ids = [pair.tokenizer(t, verbose=False).input_ids for t in texts]
-    out = {}
-    for config in configs:
-        profile = profile_config(config, pair.kind)
-        if profile not in decoded:
-            decoded[profile] = [r.to_dict() for r in decode_batch(pair, texts, profile).results]
-        out[config] = Acceptance.of([served_record(config, r, i) for r, i in zip(decoded[profile], ids)])
-    return out
