@@ -206,13 +206,13 @@ def status_lines(spec, study, reference: str = "worst", journal_cut: int = 0,
     stopped = [t for t in trials if STOPPED in t.user_attrs]
     served = all(e.served for e in listed(spec.dimension_values()))
     unit = "concurrency" if served else "batch size"
-    untimed = spec.search.sampler == "multifidelity" and served  # the search's, not racing's
+    untimed = spec.search.whole_grid and served  # the search's, not racing's
     lines.append(f"sweep {spec.name}: {count[S.COMPLETE]} complete, {len(stopped)} "
                  f"{'not timed' if untimed else 'stopped by racing'}, "
                  f"{count[S.FAIL] - interrupted} failed, {interrupted} interrupted, "
                  f"{count[S.RUNNING]} running, {count[S.WAITING]} queued; " + (
                      "target: every grid point (multi-fidelity search)"
-                     if spec.search.sampler == "multifidelity" else f"target {spec.search.trials}"))
+                     if spec.search.whole_grid else f"target {spec.search.trials}"))
     lines += fidelity_lines(trials, list(spec.objectives)[0])
     cost = sweep_cost(study)
     raced = (f"; {cost['stopped_prompt_decodes']:.0f} of them on trials racing stopped"

@@ -148,10 +148,16 @@ class SearchSpec(_Strict):
     racing: RacingSpec | None = None  # stop candidates early once dominated (None: every prompt)
     fidelity: FidelitySpec | None = None  # sampler multifidelity: its calibration (None: the defaults)
 
+    @property
+    def whole_grid(self) -> bool:
+        """Whether the search decides every grid point (the multi-fidelity search: timed,
+        stopped by racing, or only profiled), rather than `trials` of them."""
+        return self.sampler == "multifidelity"
+
     def race(self) -> RacingSpec | None:
         """The racing a sweep runs: its own, or the multi-fidelity search's (which always
         races: from 8 prompts, where the rule can first stop a candidate at α = 0.01)."""
-        if self.sampler == "multifidelity":
+        if self.whole_grid:
             return self.racing or RacingSpec(start=8)
         return self.racing
 
@@ -296,7 +302,7 @@ def _check_space(spec: SweepSpec) -> None:
     for value in dims.get("batch_size", []):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"spec: space.batch_size: {value!r} is not a whole number >= 1")
-    served_search = spec.search.sampler == "multifidelity" and any(e.served for e in listed(dims))
+    served_search = spec.search.whole_grid and any(e.served for e in listed(dims))
     if served_search:
         why = serving_search_error(spec, dims)  # it times whole trials: no racing
         if why:
@@ -334,7 +340,7 @@ def _check_space(spec: SweepSpec) -> None:
     why = serving_metrics_error(spec, dims, named)
     if why:
         raise SpecError(why)
-    if spec.search.fidelity is not None and spec.search.sampler != "multifidelity":
+    if spec.search.fidelity is not None and not spec.search.whole_grid:
         raise SpecError("spec: search.fidelity: applies to sampler multifidelity only")
     kinds = list(spec.pair_kinds.values())
     for schedule in dims.get("schedule", []):
