@@ -133,6 +133,19 @@ class Ledger:
         self.spent += point.engine_s - point.start_s
 
 
+def spent_on(points: dict[tuple, Point], ran: list[Point]) -> Ledger:
+    """The ledger of a worker that ran `ran`, in that order."""
+    ledger = Ledger(points)
+    for point in ran:
+        ledger.run(point)
+    return ledger
+
+
+def grid_ledger(points: dict[tuple, Point]) -> Ledger:
+    """What the grid costs on resident servers: every point, a method's settings together."""
+    return spent_on(points, sorted(points.values(), key=lambda p: (p.setting, p.concurrency)))
+
+
 TOKENS = 1000.0  # a replayed load's tokens: any amount gives the point's tokens/s and ratio
 
 
@@ -217,9 +230,7 @@ def serving_strategies(root: Path, sweep: str, seeds: int, tolerance: float = TO
     grid = serving_grid(root, sweep)
     points = grid.points
     speed = next(m for m in grid.spec.objectives if m != "accuracy")
-    full = Ledger(points)
-    for p in sorted(points.values(), key=lambda p: (p.setting, p.concurrency)):
-        full.run(p)
+    full = grid_ledger(points)
     grid_cost = full.spent
     concurrencies = sorted({p.concurrency for p in points.values()})
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # GP warns on every conditional ask

@@ -10,11 +10,13 @@ from orchestrator.bench.servingsearch import (
     Grid,
     Ledger,
     Point,
+    grid_ledger,
     multifidelity,
     per_concurrency,
     picked,
     sampled,
     served_result,
+    spent_on,
 )
 from orchestrator.spec.space import candidate_of, grid, params_key
 from orchestrator.spec.sweep import parse_spec
@@ -69,17 +71,12 @@ def test_a_replayed_timing_measures_what_the_grid_measured():
 
 def test_every_registered_strategy_replays_within_its_budget():
     replayed = served_grid(lambda setting, c: 1.0 + setting[1] / (1 + c))
-    full = Ledger(replayed.points)
-    for p in replayed.points.values():
-        full.run(p)
+    full = grid_ledger(replayed.points)
     assert set(sampled(replayed, "grid", 0, math.inf)) == set(replayed.points.values())
     for strategy in ("random", "tpe"):
         found = sampled(replayed, strategy, 1, full.spent / 2)
         assert 0 < len(found) < len(replayed.points)
-        spent = Ledger(replayed.points)
-        for p in found:
-            spent.run(p)
-        assert spent.spent <= full.spent / 2
+        assert spent_on(replayed.points, found).spent <= full.spent / 2
 
 
 def test_the_search_picks_the_best_at_each_concurrency_and_times_less_than_the_grid():
@@ -93,9 +90,7 @@ def test_the_search_picks_the_best_at_each_concurrency_and_times_less_than_the_g
                            else gains[s][0] / (1.6 + 0.1 * c * gains[s][1]))
     search, spent, ledger = multifidelity(replayed, tolerance=0.05, error=0.0)
     points = replayed.points
-    full = Ledger(points)
-    for p in points.values():
-        full.run(p)
+    full = grid_ledger(points)
     picks = next(iter(search.searches.values())).picks()
     timed = [points[k] for k in search.timed]
     for c in (1, 4):

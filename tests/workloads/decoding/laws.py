@@ -109,11 +109,12 @@ def marginal(law: dict[tuple[int, ...], float], keep: slice) -> dict[tuple[int, 
     return out
 
 
-def seeded_decodes(pair, config: DecodeConfig, seeds: range, batch: int = 300) -> list[DecodeResult]:
-    """PROMPT decoded once per seed, as the rows of batches of `batch`: a row samples from its
+def seeded_decodes(pair, config: DecodeConfig, seeds: range, prompt: str = PROMPT,
+                   batch: int = 300) -> list[DecodeResult]:
+    """`prompt` decoded once per seed, as the rows of batches of `batch`: a row samples from its
     own generator and its tokens are those it has decoded alone (test_batch.py holds that), at a
     tenth of the time of one decode per seed."""
     seeds = list(seeds)
     return [result for start in range(0, len(seeds), batch)
-            for result in decode_batch(pair, [PROMPT] * len(seeds[start:start + batch]), config,
+            for result in decode_batch(pair, [prompt] * len(seeds[start:start + batch]), config,
                                        seeds=seeds[start:start + batch]).results]

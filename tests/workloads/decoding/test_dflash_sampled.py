@@ -16,7 +16,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from workloads.decoding import DecodeConfig, decode_batch, is_exact
+from tests.workloads.decoding.laws import seeded_decodes
+from workloads.decoding import DecodeConfig, is_exact
 from workloads.decoding.sampling import distribution
 from workloads.models.families.dflash import DFlashPair
 from workloads.models.pair import load_pair
@@ -78,11 +79,9 @@ def sampled(pair, config: DecodeConfig, joint: dict) -> tuple[int, float, float]
     drafted (verified) tokens per decode."""
     counts: Counter = Counter()
     drafted = 0
-    for start in range(0, SAMPLES, 10):
-        seeds = [20_000 + seed for seed in range(start, min(SAMPLES, start + 10))]
-        for result in decode_batch(pair, [PROMPT] * len(seeds), config, seeds=seeds).results:
-            counts[tuple(result.token_ids[:TESTED])] += 1
-            drafted += result.drafted
+    for result in seeded_decodes(pair, config, range(20_000, 20_000 + SAMPLES), PROMPT, batch=10):
+        counts[tuple(result.token_ids[:TESTED])] += 1
+        drafted += result.drafted
     cells = sorted(joint)
     inside = sum(counts[c] for c in cells)
     total = sum(joint.values())  # 1 up to float rounding, which chisquare checks to 1e-8
