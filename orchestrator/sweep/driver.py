@@ -13,7 +13,8 @@ finished jobs from one to the next.
 Faults: a shard whose worker died is queued again (preferably for another worker) and Ray
 restarts the actor; a shard that raises is retried once more, after which its trial is
 recorded as failed in Optuna and MLflow and the sweep goes on. Ctrl-C (or SIGTERM) marks
-the trials in flight as failed-interrupted, ends the parent run as KILLED and leaves the
+the trials in flight as failed-interrupted (held while the study's journal is written:
+interrupts.py), ends the parent run as KILLED and leaves the
 state for `--resume`, which re-asks those configurations and reuses their finished shards
 from the cache, so no finished trial or shard runs twice. Bad input that only the workers
 find (weights that do not load, a prompt a baseline cannot decode) undoes a new sweep before
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +43,7 @@ from orchestrator.search.strategy import Decision, Measured, Progress, Request, 
 from orchestrator.spec.space import candidate_of
 from orchestrator.spec.sweep import SpecError, SweepSpec, check_runnable
 from orchestrator.stored import check_store
-from orchestrator.sweep import raycluster
+from orchestrator.sweep import interrupts, raycluster
 from orchestrator.sweep.execute import Executor
 from orchestrator.sweep.plan import Planner, decoding_order
 from orchestrator.sweep.prompts import pair_prompts
@@ -150,8 +150,7 @@ class Driver:
         indices = [e.index for e in self.examples]
         self.strategy = strategy_for(Sweep(self.spec, self.study, self.progress, indices, self.prompts))
         self.recorder = Recorder(self.spec, self.study, self.dir, self.prompts, self.progress)
-        previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = interrupts.install()
         starting = True
         try:
             self._start()
@@ -177,7 +176,7 @@ class Driver:
                 self._interrupt("FAILED")
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            interrupts.restore(previous)
             try:
                 if self.recorder.tracker is not None:
                     self.recorder.send_logs()
@@ -190,7 +189,7 @@ class Driver:
     def _start(self) -> None:
         """Ray, the workers and (while they load their models) the MLflow parent run."""
         raycluster.start(self.spec.cluster, self.ray_address)
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # ray.init put its own in (it exits at once)
+        interrupts.install()  # ray.init put its own SIGTERM handler in (it exits at once)
         serves = serving([p.name for p in self.spec.pairs], raycluster.slot_count(self.spec.cluster),
                          self.spec.cluster.placement)
         self.executor = Executor(self.spec, serves, self.examples, self.prompts, self.dir / "shards")
@@ -302,7 +301,3 @@ def categories_note(renamed: dict[str, str]) -> str:
             + (f" ({grouped} beyond the {MAX_CATEGORIES} reported apart grouped as {OTHER!r})"
                if grouped else "")
             + "; the mapping is categories.json on the sweep's MLflow run")
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt

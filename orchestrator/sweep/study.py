@@ -32,12 +32,13 @@ def state_dir(root: Path, name: str) -> Path:
 def study_storage(path: Path, spec: SweepSpec):
     """The spec's RDB storage (a cluster), else a journal file in the sweep directory."""
     from optuna.storages import JournalStorage, RDBStorage
-    from optuna.storages.journal import JournalFileBackend
+
+    from orchestrator.sweep.interrupts import HeldJournal
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if spec.search.storage:
         return RDBStorage(spec.search.storage)
-    return JournalStorage(JournalFileBackend(str(path / "study.journal")))
+    return JournalStorage(HeldJournal(str(path / "study.journal")))
 
 
 def journal_cut(path: Path) -> int:
