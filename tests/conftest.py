@@ -16,7 +16,7 @@ os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 # here (tests assert no speed). The engine core stays a process of its own (the API server
 # spawns `VLLM::EngineCore`), so the fault tests kill it as they would a default server's.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-# Under pytest-xdist (`make test` runs two test processes on two cores) each test process, and
+# Under pytest-xdist (`make test` runs three test processes on two cores) each test process, and
 # every process it starts, computes on one thread: two processes each spinning two OpenMP
 # threads on two cores took the fast tier from 2.0 to 6.3 minutes here.
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -75,6 +75,12 @@ class Engine:
         run time (Shard.draft_ceiling), from the space's values; None: no run-time draft length."""
         return None
 
+    def start_key(self, pair: str, config: Config) -> object | None:
+        """What a measurement of `config` on `pair` starts (a server's settings): the grid
+        brings configs with one key together, so each such start is made once (spec.space.grid);
+        None where a config starts nothing of its own."""
+        return None
+
     def repeats(self, asked: int) -> int:
         """How many times a trial's load and its control's are each timed (`asked`:
         serving.repeats)."""

@@ -1,9 +1,10 @@
 """vLLM's measuring in a worker process: its pool of servers (`ServerPool`), and a shard's
 records and controls served on them (`serve_shard`, `Serving`).
 
-A worker keeps, per pair, one vLLM server with the trial's speculative settings and one without
-speculation, the control; a trial whose settings differ restarts the first (the start time goes
-into the shard's result, so the run logs it). The speculative server starts resident at the
+A worker keeps, per pair, one vLLM server with the trial's speculative settings, and one server
+without speculation, the control, per verifier and its settings (pairs over one verifier share
+their control); a trial whose settings differ restarts the first (the start time goes into the
+shard's result, so the run logs it). The speculative server starts resident at the
 largest draft length its sweep asks (Shard.draft_ceiling) and drafts each trial's at run
 time, so trials that differ only in their draft length share one start. A shard is served as
 one load at the trial's concurrency (after an untimed load the first time a server serves that
@@ -36,7 +37,8 @@ START_TRIES = 2  # failed starts in a row after which a worker no longer starts 
 
 
 class ServerPool:
-    """The vLLM servers of one worker, by (pair, whether it speculates), supervised: a server is
+    """The vLLM servers of one worker, a speculative one by its pair and a control by its settings
+    (the verifier's; shared by the pairs over it), supervised: a server is
     health-checked before each load it serves and started again when it has died (`restarts`
     counts them); a server that cannot start is not kept, and the reason it gave is what the
     shard raises. Settings that failed START_TRIES starts in a row are not started again: their
@@ -46,7 +48,7 @@ class ServerPool:
     def __init__(self, pair_specs: dict[str, str | dict], logs: Path | None = None):
         self.pair_specs = pair_specs
         self.logs = logs  # the servers' log folders (the system's temporary directory without)
-        self.servers: dict[tuple[str, bool], VllmServer] = {}
+        self.servers: dict[str | EngineSettings, VllmServer] = {}  # pair / a control's settings -> server
         # settings -> why they last failed to start, and how many starts in a row failed
         self.failed: dict[EngineSettings, tuple[ServingError | EngineFailure, int]] = {}
         self.restarts = 0  # servers found dead and started again
@@ -93,14 +95,15 @@ class ServerPool:
                     and config.num_speculative_tokens <= ceiling)
         started_at = dataclasses.replace(config, num_speculative_tokens=ceiling) if resident else config
         settings = EngineSettings.of(refs(self.pair_specs[pair]), started_at)
-        slot = (pair, settings.speculative is not None)
+        speculative = settings.speculative is not None
+        slot = pair if speculative else settings
         server = self.servers.get(slot)
         if server is not None:
             same = server.settings == settings
             alive = same and server.alive()  # one health check a call
             if same and not alive:
                 log.warning("vLLM server %s (%s) died; starting it again (log: %s)", server.url,
-                            "speculative" if slot[1] else "control", server.log)
+                            "speculative" if speculative else "control", server.log)
                 self.restarts += 1
             if not alive:
                 server.stop()

@@ -7,10 +7,12 @@ other than those defaults have no vLLM setting and are refused when vLLM is the 
 
 from __future__ import annotations
 
+import json
+
 from orchestrator.engines.engine import Choose, Config, Engine, Pick
 from workloads.decoding.config import DecodeConfig
 from workloads.decoding.kinds import PairKind
-from workloads.serving.config import METHODS, ServingConfig, ServingError
+from workloads.serving.config import METHODS, RUNTIME_DRAFT, ServingConfig, ServingError
 from workloads.serving.venv import cpu_build, vllm_python
 
 # what specsweep's engine runs that vLLM has no setting for: dimension -> refused when
@@ -118,6 +120,14 @@ class VllmEngine(Engine):
             if key in dims and settings["method"] == "dspark":
                 settings[key] = pick(key)
         return ServingConfig(**settings), settings["concurrency"]
+
+    def start_key(self, pair: str, config: Config) -> object | None:
+        """The pair and the speculative settings its server starts with, but the draft length
+        of a method whose resident server drafts it at run time (RUNTIME_DRAFT)."""
+        settings = config.speculative_config(pair) or {}  # the pair stands for its drafter
+        if config.method in RUNTIME_DRAFT:
+            settings.pop("num_speculative_tokens")
+        return pair, json.dumps(settings, sort_keys=True)
 
     def control(self, config: Config, ar: DecodeConfig | None) -> Config | None:
         return config.unspeculative()

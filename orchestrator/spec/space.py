@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.engines import ENGINES, SPECSWEEP
+from orchestrator.engines import ENGINES, SPECSWEEP, engine_of, listed
 from orchestrator.engines.engine import Choose
 from orchestrator.spec.sweep import SweepSpec
 from workloads.decoding.config import DecodeConfig
@@ -69,7 +69,9 @@ def params_key(params: dict) -> tuple:
 
 
 def grid(spec: SweepSpec) -> list[dict]:
-    """Every path through choose_config: the params (name -> value) of each grid point."""
+    """Every path through choose_config: the params (name -> value) of each grid point, the
+    points that start the same thing (Engine.start_key: a vLLM server) brought together where
+    the first of them is, so that a grid run in this order starts each once."""
     points, stack = [], [[]]
     while stack:
         prefix = stack.pop()
@@ -87,7 +89,21 @@ def grid(spec: SweepSpec) -> list[dict]:
 
         choose_config(spec, choose)
         points.append(dict(made))
-    return points
+    return in_start_order(spec, points)
+
+
+def in_start_order(spec: SweepSpec, points: list[dict]) -> list[dict]:
+    """`points` stably ordered by where the first point of their start (Engine.start_key) is;
+    a point that starts nothing of its own stays where it is."""
+    if not any(engine.served for engine in listed(spec.dimension_values())):
+        return points
+    first: dict = {}
+    places = []
+    for at, params in enumerate(points):
+        candidate = candidate_of(spec, params)
+        key = engine_of(candidate.config).start_key(candidate.pair, candidate.config)
+        places.append(first.setdefault(at if key is None else key, at))
+    return [points[at] for _, at in sorted(zip(places, range(len(points))))]
 
 
 def baseline_config(spec: SweepSpec, kind: str) -> DecodeConfig:

@@ -2,6 +2,7 @@
 named in a branch elsewhere."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,15 @@ def test_each_engine_times_a_trial_against_its_own_control():
     assert VLLM.control(served, ar) == ServingConfig(concurrency=4)
 
 
+def test_a_served_config_shares_its_start_with_other_draft_lengths_not_other_top_ks():
+    dspark = ServingConfig(method="dspark", num_speculative_tokens=3, concurrency=4)
+    longer = dataclasses.replace(dspark, num_speculative_tokens=7, concurrency=1)  # drafted at run time
+    topk = dataclasses.replace(dspark, dspark_draft_topk=2)  # set at its start
+    assert VLLM.start_key("p", dspark) == VLLM.start_key("p", longer) != VLLM.start_key("p", topk)
+    assert VLLM.start_key("p", dspark) != VLLM.start_key("q", dspark)  # a server a pair
+    assert SPECSWEEP.start_key("p", DecodeConfig()) is None
+
+
 def test_only_a_served_engine_repeats_its_loads():
     assert SPECSWEEP.repeats(3) == 1 and VLLM.repeats(3) == 3
 
@@ -89,6 +99,8 @@ def test_a_registered_engine_keeps_the_contract(engine):
     assert set(engine.columns(config.to_dict())) == {"schedule", "block", "effort", "rule", "leniency"}
     assert engine.label(config.to_dict()) and "toy" in engine.drift_key("toy")
     assert all(key in DIMENSIONS for key in engine.settings)
+    start = engine.start_key("p", config)  # a served engine's start, hashable; none without a server
+    assert (start is None) != engine.served and hash(start) == hash(engine.start_key("p", config))
     setting = engine.own_setting(config.to_dict(), None)
     assert (setting is None) == (engine.section is None)
     measurer = engine.measurer(PairWorker({"toy": "toy"}, "arith", sweep_seed=0))

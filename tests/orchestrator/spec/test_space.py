@@ -92,3 +92,24 @@ def test_the_unmasking_policy_is_chosen_only_where_it_changes_the_draft():
     assert by_pair["toy"] == {(1, None, "confidence"), (2, None, "confidence"), (2, None, "ltr"),
                               (None, 0.5, "confidence"), (None, 0.5, "ltr")}
     assert len(configs) == len({(c.pair, c.config) for c in configs})
+
+
+def test_a_served_grid_starts_each_server_once_and_specsweeps_grid_keeps_its_order():
+    """DSpark's draft top-k is a server setting, the draft length a run-time one: the grid runs
+    each top-k's points together (two starts, not one a point), every start's points in a row;
+    specsweep's points, which start nothing, stay in the order choose_config walks them."""
+    from orchestrator.engines import engine_of
+    from orchestrator.spec.space import candidate_of, in_start_order
+
+    served = spec({"engine": ["vllm"], "method": ["dspark"], "num_speculative_tokens": [3, 7],
+                   "concurrency": [1, 4], "dspark_draft_topk": [None, 2]}, pairs=("toy-dspark", "toy-dflash"))
+    starts = []
+    for params in grid(served):
+        candidate = candidate_of(served, params)
+        starts.append(engine_of(candidate.config).start_key(candidate.pair, candidate.config))
+    runs = [key for at, key in enumerate(starts) if at == 0 or starts[at - 1] != key]
+    assert len(runs) == len(set(starts)) == 2 + 1  # DSpark's two top-ks; the DFlash pair's control
+    assert [p.get("dspark_draft_topk") for p in grid(served)[:4]] == [None] * 4
+    decoded = spec({"block": [2, 4], "steps": [1, 2]}, pairs=("toy", "toy-self"))
+    points = grid(decoded)
+    assert in_start_order(decoded, points[::-1]) == points[::-1]

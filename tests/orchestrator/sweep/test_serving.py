@@ -1,5 +1,6 @@
 """A worker's vLLM servers under faults, on real processes (`make vllm`): an engine core killed
-with loads in flight costs one restart (a server that cannot start: test_serving_sweep)."""
+with loads in flight costs one restart (a server that cannot start: test_serving_sweep), and
+pairs over one verifier share their control server."""
 
 import os
 import signal
@@ -30,7 +31,7 @@ def _prompts(n: int) -> list[list[int]]:
 
 
 def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
-    engines = Engines({"toy-dflash": "toy-dflash"})
+    engines = Engines({"toy-dflash": "toy-dflash", "toy-eagle3": "toy-eagle3"})
     config = ServingConfig(concurrency=4, max_new_tokens=32)
     prompts = _prompts(8)
     try:
@@ -55,6 +56,9 @@ def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
         assert [s.token_ids for s in after] == [s.token_ids for s in before]  # greedy: the same tokens
         same, started = engines.server("toy-dflash", config, prompts)
         assert same is again and started == 0 and engines.restarts == 1  # alive: kept
+        # another pair over the same verifier is timed against the same control: no start
+        shared, started = engines.server("toy-eagle3", config, prompts)
+        assert shared is again and started == 0 and engines.starts == 2
     finally:
         engines.close()
 
