@@ -41,6 +41,9 @@ def test_a_rate_sweep_logs_goodput_and_the_search_finds_each_settings_sustained_
     metrics = trial.data.metrics
     assert metrics["request_goodput"] == metrics["request_throughput"] > 0 and metrics["slo_met"] == 1.0
     assert {"ttft_p99_s", "tpot_p90_s", "itl_p50_s", "slo_attainment"} <= set(metrics)
+    assert "acceptance_rate" not in metrics  # no speculation: no spec-decode counters
+    # its own loads against the control's, though one server serves both: never the same walls
+    assert metrics["throughput_ratio"] != 1.0
     records = logged_records(client, trial.info.run_id)
     # TTFT counts from each request's arrival, its wait for a slot included
     assert len(records) == 4 and all(r["queue_s"] >= 0 and r["ttft_s"] >= r["queue_s"] for r in records)
