@@ -6,7 +6,8 @@ Why: Optuna's journal takes a file lock around each append. An interrupt inside 
 journal locked or fails as something else: inside the lock's release, before its rename, the
 release unlinks a file that was never made and raises FileNotFoundError; inside its acquire,
 it releases a lock it may not hold. A sweep so interrupted ended as failed (exit 2), not
-interrupted (exit 130), and a journal left locked blocks every later write to it."""
+interrupted (exit 130), and a journal left locked stalls the next write to it for 30 s, Optuna's
+grace period before it takes a lock by force."""
 
 from __future__ import annotations
 

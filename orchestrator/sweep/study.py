@@ -225,6 +225,10 @@ def open_state(path: Path, spec: SweepSpec, spec_yaml: str, resume: bool, fresh:
         check_resumable(path, spec)
         # the trial whose record was cut shows as running: it is asked again, from the cache
         repair_journal(path)
+        # the journal's file lock, left by a writer killed inside an append (Optuna's next
+        # append would wait 30 s for it, then take it by force); this process holds the
+        # sweep's own lock, so no other process appends to its journal now
+        (path / "study.journal.lock").unlink(missing_ok=True)
         check_not_empty(path, spec)  # after the repair: a journal of one cut record is now empty
     if fresh and study_exists(path, spec) and spec.search.storage:
         optuna.delete_study(study_name=spec.name, storage=study_storage(path, spec))

@@ -112,7 +112,7 @@ def test_a_sweep_in_use_is_refused_to_a_second_run_or_fresh(finished):
 
 
 @pytest.mark.slow  # a real sweep
-def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished, ray_head):
+def test_a_journal_cut_and_left_locked_is_reported_and_repaired_by_resume(finished, ray_head, caplog):
     import optuna
 
     from orchestrator.sweep.study import load_sweep
@@ -123,13 +123,21 @@ def test_a_journal_cut_mid_record_is_reported_and_repaired_by_resume(finished, r
     before = len(load_sweep(finished, "bad")[1].get_trials(states=(complete,)))
     data = journal.read_bytes()
     journal.write_bytes(data[:-20])  # the last record (the last trial's tell) cut short
+    # and its lock left taken, as by a writer killed inside its append: the resume must not wait on it
+    os.symlink(journal, state / "study.journal.lock")
     status = runner.invoke(app, ["status", "bad", "--root", str(finished)])
     assert status.exit_code == 0 and "warning: the study journal's last record is cut short" in status.output
-    resumed = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume",
-                      "--ray-address", ray_head)
+    optuna.logging.enable_propagation()  # Optuna's warnings on a lock it waits for, to caplog
+    try:
+        resumed = run_cli(finished, {**GOOD, "search": {**GOOD["search"], "trials": 2}}, "--resume",
+                          "--ray-address", ray_head)
+    finally:
+        optuna.logging.disable_propagation()
     assert resumed.exit_code == 0, resumed.output
+    # never waited on: Optuna warns after 10 s and takes a lock by force after 30
+    assert not [r for r in caplog.records if "lock file" in r.getMessage()]
     assert (state / "study.journal.damaged").read_bytes() == data[:-20]
-    assert journal.read_bytes().endswith(b"\n")
+    assert journal.read_bytes().endswith(b"\n") and not os.path.lexists(state / "study.journal.lock")
     _, study = load_sweep(finished, "bad")
     assert len(study.get_trials(states=(complete,))) == before  # the cut trial ran again from the cache
     assert study.get_trials(states=(optuna.trial.TrialState.RUNNING,)) == []

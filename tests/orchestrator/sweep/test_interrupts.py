@@ -37,7 +37,7 @@ while sys.stdin.readline():  # a line: write until interrupted
     except Exception as err:  # the interrupt inside the journal's lock, turned into another error
         said = type(err).__name__
     locked = os.path.lexists(path + ".lock")
-    if locked:  # left locked: every later append would wait for it forever
+    if locked:  # left locked: the next append would wait 30 s for it
         os.unlink(path + ".lock")
     print(said, "locked" if locked else "free", written, flush=True)
 """

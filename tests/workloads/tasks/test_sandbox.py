@@ -12,16 +12,21 @@ from workloads.tasks.sandbox import Limits, run_python
 LIMITS = Limits(wall_s=3.0, memory_mb=512)
 
 
-def sandbox_dirs():
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "specsweep-sandbox-*")))
+def sandbox_dirs(root):
+    return set(glob.glob(os.path.join(root, "specsweep-sandbox-*")))
 
 
-def sandbox_processes():
+def sandbox_processes(root):
+    """Sandboxed processes whose directory is under `root` (each gets its directory as TMPDIR),
+    not those of another test process running sandboxes meanwhile."""
     found = []
     for pid in os.listdir("/proc"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"sandbox_child.py" in f.read():
+                if b"sandbox_child.py" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"TMPDIR={root}/".encode() in f.read():
                     found.append(pid)
         except OSError:
             continue
@@ -32,6 +37,16 @@ def sandbox_processes():
 def outside(tmp_path):
     """A file path outside the sandbox that an escape would create."""
     return tmp_path / "escaped"
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The system temporary directory, for this test alone: the sandboxes it runs make their
+    directories here, apart from those another test process makes meanwhile."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
 
 
 ESCAPES = {
@@ -62,17 +77,17 @@ ESCAPES = {
 
 
 @pytest.mark.parametrize("name", list(ESCAPES))
-def test_escape_fails_in_time_and_leaves_nothing(name, outside, monkeypatch):
+def test_escape_fails_in_time_and_leaves_nothing(name, outside, private_tmp, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_TEST_SECRET", "hunter2")
     readme = os.path.join(os.path.dirname(__file__), "test_sandbox.py")
-    before = sandbox_dirs()
+    before = sandbox_dirs(private_tmp)
     start = time.perf_counter()
     result = run_python(ESCAPES[name].format(outside=outside, readme=readme), LIMITS)
     assert not result.passed, result
     assert time.perf_counter() - start < LIMITS.wall_s + 2
     assert not outside.exists()
-    assert sandbox_dirs() == before
-    assert sandbox_processes() == []
+    assert sandbox_dirs(private_tmp) == before == set()
+    assert sandbox_processes(private_tmp) == []
     assert "hunter2" not in result.detail
 
 
