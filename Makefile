@@ -55,7 +55,8 @@ docs: $(STAMP)
 # The two venvs install side by side (each mostly waits on unpacking wheels), then the suite
 # in three processes, a test file to each at a time (a file's module fixtures are built once):
 # much of a real-process test is waiting on a server or a Ray head, which the others fill (on
-# 2 cores, two processes left the CPU idle a part of the time: pytest 1075 s with 2, 932 s with 3).
+# 2 cores, fresh clones of nearly the same code: pytest 1075 s with two processes, 932 s with
+# three, the CPU busy 97% of that run, so a fourth would not help).
 PYTEST_PROCESSES ?= 3
 test:
 	$(MAKE) -j2 lint docs vllm

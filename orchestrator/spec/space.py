@@ -97,12 +97,12 @@ def in_start_order(spec: SweepSpec, points: list[dict]) -> list[dict]:
     a point that starts nothing of its own stays where it is."""
     if not any(engine.served for engine in listed(spec.dimension_values())):
         return points
-    first: dict = {}
+    first: dict = {}  # start key -> where its first point is
     places = []
     for at, params in enumerate(points):
         candidate = candidate_of(spec, params)
         key = engine_of(candidate.config).start_key(candidate.pair, candidate.config)
-        places.append(first.setdefault(at if key is None else key, at))
+        places.append(at if key is None else first.setdefault(key, at))
     return [points[at] for _, at in sorted(zip(places, range(len(points))))]
 
 
