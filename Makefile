@@ -60,11 +60,11 @@ docs: $(STAMP)
 PYTEST_PROCESSES ?= 3
 test:
 	$(MAKE) -j2 lint docs vllm
-	$(PY) -m pytest -q -n $(PYTEST_PROCESSES) --dist loadfile
+	$(PY) -m pytest -q -n $(PYTEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 
 # The inner loop: everything but the tests marked slow (real sweeps, clusters, simulations).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_PROCESSES) --dist loadfile
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .site

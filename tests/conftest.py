@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -67,8 +68,14 @@ def ray_head():
 
 
 def pytest_collection_modifyitems(items):
-    """Test files holding a slow (real-process) test run first, each file's tests in their own
-    order: in several pytest processes, a long file taken last holds the run up while the other
+    """Test files costliest first, each file's tests in their own order: by their weight, a
+    test starting vLLM servers counting 5 and another slow (real-process) test 1, then by their
+    number of tests. The test processes take files in this order (`make test` passes
+    --no-loadscope-reorder: pytest-xdist would order them by number of tests alone, which put
+    the few-test vLLM files last): a long file taken last holds the run up while the other
     processes have nothing left to take."""
-    heavy = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in heavy)  # stable: files stay whole and in order
+    weight, tests = Counter(), Counter()
+    for item in items:
+        tests[item.path] += 1
+        weight[item.path] += 5 if item.get_closest_marker("vllm") else bool(item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (-weight[item.path], -tests[item.path], str(item.path)))

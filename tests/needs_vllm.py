@@ -1,5 +1,6 @@
-"""The mark of tests that run vLLM for real (the CPU build `make vllm` installs): slow, and
-skipped only where vLLM is not set up, saying how to set it up."""
+"""The mark of tests that run vLLM for real (the CPU build `make vllm` installs): slow, marked
+`vllm` (the costliest tests a file holds: each vLLM server start is about 19 CPU-seconds here),
+and skipped only where vLLM is not set up, saying how to set it up."""
 
 import pytest
 
@@ -15,7 +16,7 @@ def _missing() -> str:
     return ""
 
 
-needs_vllm = [pytest.mark.slow, pytest.mark.skipif(bool(_missing()), reason=_missing())]
+needs_vllm = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.skipif(bool(_missing()), reason=_missing())]
 
 
 def on_vllm(test):
