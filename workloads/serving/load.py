@@ -18,6 +18,7 @@ import requests
 
 from workloads.serving.config import ServingConfig, ServingError
 from workloads.serving.counters import Counters
+from workloads.serving.procs import wait_quiet
 from workloads.serving.vllm import VllmServer, supervised
 
 # A request's deadline: REQUEST_BASE_S, then SECONDS_PER_TOKEN for each token it asks for, for
@@ -185,15 +186,11 @@ def records(served: list[Served], wall: float) -> list[dict]:
     return [{**s.record(), "index": i, "batch": 0, "batch_wall_s": wall} for i, s in enumerate(served)]
 
 
-# vLLM's processes keep polling their queues for a second after their last step (the busy
-# loop of its shared-memory broadcast), taking cores from another server's load started then
-BUSY_POLL_S = 1.5
-
-
 def switch(previous: VllmServer | None, server: VllmServer) -> None:
-    """Before a timed load on `server`: wait out the busy polling of the server that served last."""
-    if previous is not None and previous is not server:
-        time.sleep(BUSY_POLL_S)
+    """Before a timed load on `server`: wait until the server that served last is quiet
+    (procs.wait_quiet: vLLM's busy polling after its last step)."""
+    if previous is not None and previous is not server and previous.process is not None:
+        wait_quiet(previous.process.pid)
 
 
 def warm(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> None:

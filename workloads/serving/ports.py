@@ -7,6 +7,8 @@ import contextlib
 import os
 import socket
 
+from workloads.serving.procs import group_pids
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -26,11 +28,8 @@ def listening_pids(port: int, group: int) -> set[int]:
                 if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                     inodes.add(f"socket:[{fields[9]}]")
     found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            with open(f"/proc/{pid}/stat") as f:  # pgrp is the 3rd field after the ")" of the name
-                if int(f.read().rsplit(")", 1)[1].split()[2]) != group:
-                    continue
+    for pid in group_pids(group):
+        with contextlib.suppress(OSError):
             if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
-                found.add(int(pid))
+                found.add(pid)
     return found

@@ -8,18 +8,14 @@ from tests.needs_vllm import needs_vllm
 from tests.workloads.serving.faults import KillOnce
 from workloads.models.pair import load_pair
 from workloads.models.pairspec import BUNDLED, refs
-from workloads.serving import load
 from workloads.tasks import get_task
 
 pytestmark = needs_vllm
 
 
-def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_speculation(tmp_path, monkeypatch):
+def test_a_schedule_is_measured_at_both_sides_of_its_switch_and_against_no_speculation(tmp_path):
     """One of its servers' engine core is killed once a load is in flight: the load is served
     again on a restarted server, and the check ends as it would have."""
-    # no wait for the last server's busy polling before each load: it keeps timings apart, and
-    # this test holds the check to what it measures and writes, whichever side each load wins
-    monkeypatch.setattr(load, "BUSY_POLL_S", 0.0)
     pair = load_pair("toy-dflash")
     prompts = [pair.tokenizer(e.prompt).input_ids for e in get_task("arith").examples(n=4)]
     checkpoints = refs(BUNDLED["toy-dflash"])

@@ -7,7 +7,6 @@ from tests.needs_vllm import on_vllm
 from workloads.decoding import DecodeConfig, decode_batch
 from workloads.models import load_pair
 from workloads.models.pairspec import BUNDLED
-from workloads.serving import load
 from workloads.tasks import get_task
 
 
@@ -25,10 +24,7 @@ def test_one_row_per_batch_size_with_its_own_ratio():
 
 
 @on_vllm
-def test_vllm_columns_serve_the_same_prompts_at_each_batch_size(monkeypatch):
-    # no wait for the other server's busy polling before each load: it keeps timings apart, and
-    # this test holds the columns to their shape, not to which server was faster
-    monkeypatch.setattr(load, "BUSY_POLL_S", 0.0)
+def test_vllm_columns_serve_the_same_prompts_at_each_batch_size():
     pair = load_pair("toy-dflash")
     prompts = [e.prompt for e in get_task("arith").examples("test", n=4)]
     columns = vllm_columns(pair, BUNDLED["toy-dflash"], prompts, [2], max_new_tokens=8, blocks=(4,))

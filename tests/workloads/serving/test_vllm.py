@@ -9,6 +9,7 @@ from tests.needs_vllm import needs_vllm
 from tests.workloads.serving.engines import DFLASH
 from workloads.serving.conformance import check
 from workloads.serving.load import serve
+from workloads.serving.procs import wait_quiet
 
 pytestmark = needs_vllm
 
@@ -26,6 +27,8 @@ def test_requests_in_flight_keep_each_ones_tokens(dflash_server, arith):
     together, wall = serve(dflash_server, ids, dataclasses.replace(DFLASH, concurrency=4))
     assert [s.token_ids for s in together] == [s.token_ids for s in alone]
     assert all(s.counters is None and 0 < s.ttft_s <= s.wall_s <= wall for s in together)
+    # the model in the engine core (the tests' servers): nothing polls after the load
+    assert wait_quiet(dflash_server.process.pid) < 0.5
 
 
 def test_a_rate_load_sends_requests_at_their_arrival_times_within_the_bound(dflash_server, arith):
