@@ -18,17 +18,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from workloads.serving.config import ServingConfig
 from workloads.serving.load import serve, switch, warm
+from workloads.serving.procs import TICKS_PER_S, group_pids, stat_fields
 from workloads.serving.resident import LEVEL, log_ratio_interval
 from workloads.serving.vllm import EngineSettings, VllmServer, supervised
-
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -48,16 +46,13 @@ def spawned(server: VllmServer) -> dict[str, float]:
     processes' spawn: `engine_core`, `worker` (from /proc: each process's start time)."""
     group = server.process.pid
     found = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:  # after the ")" closing the name: pgrp is the 3rd field, starttime the 20th
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != group:
-                continue
-            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    for pid in group_pids(group):
+        try:
+            began = int(stat_fields(pid)[19]) / TICKS_PER_S
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except (OSError, ValueError):
             continue
-        began = int(fields[19]) / TICKS
-        if int(proc.name) == group:
+        if pid == group:
             found["guard"] = began
         elif title.startswith("VLLM::EngineCore"):
             found["engine_core"] = began

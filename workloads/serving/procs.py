@@ -23,9 +23,9 @@ WINDOW_S = 0.1
 MAX_WAIT_S = 5.0
 
 
-def _stat(pid: int | str) -> list[str]:
+def stat_fields(pid: int | str) -> list[str]:
     """The fields of /proc/PID/stat after the ")" that closes the process's name (pgrp is
-    field 2 of them, utime 11, stime 12)."""
+    field 2 of them, utime 11, stime 12, starttime 19, in clock ticks since boot)."""
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
 
@@ -35,7 +35,7 @@ def group_pids(group: int) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(_stat(pid)[2]) == group:
+            if int(stat_fields(pid)[2]) == group:
                 found.append(int(pid))
     return found
 
@@ -45,7 +45,7 @@ def cpu_ticks(pids: list[int]) -> int:
     total = 0
     for pid in pids:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = _stat(pid)
+            fields = stat_fields(pid)
             total += int(fields[11]) + int(fields[12])
     return total
 
