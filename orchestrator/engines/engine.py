@@ -27,10 +27,11 @@ class Measurer(Protocol):
     """An engine's measuring in one worker process: what it keeps warm between shards (pairs
     decoded once, servers started) is its own."""
 
-    def measure(self, shard, items: list) -> dict:
-        """A shard's per-prompt records (`records`) and its controls (`controls`), with what
-        else the shard's result carries (warm-up decodes, engine starts, where it ran), for
-        every (example, formatted prompt) of `items`."""
+    def measure(self, shards: list, items: list) -> list[dict]:
+        """Per shard, its per-prompt records (`records`) and its controls (`controls`), with
+        what else the shard's result carries (warm-up decodes, engine starts, where it ran),
+        for every (example, formatted prompt) of `items`. Shards given together share their
+        prompts and control (Shard.together): the engine may time them beside shared controls."""
 
     def close(self) -> None:
         """Stop what it started (servers); the process may go on."""

@@ -1,5 +1,5 @@
-"""vLLM's measuring in a worker process: its pool of servers (`ServerPool`), and a shard's
-records and controls served on them (`serve_shard`, `Serving`).
+"""vLLM's measuring in a worker process: its pool of servers (`ServerPool`), and shards'
+records and controls served on them (`serve_shards`, `Serving`).
 
 A worker keeps, per pair, one vLLM server with the trial's speculative settings, and one server
 without speculation, the control, per verifier and its settings (pairs over one verifier share
@@ -8,12 +8,14 @@ shard's result, so the run logs it). The speculative server starts resident at t
 largest draft length its sweep asks (Shard.draft_ceiling) and drafts each trial's at run
 time, so trials that differ only in their draft length share one start. A shard is served as
 one load at the trial's concurrency (after an untimed load the first time a server serves that
-load shape, its concurrency, request rate and draft length: load.warm), then the same prompts
-as one load on the control server at the same concurrency, timed back to back with it (the
-honest-ratio rule of specsweep's `ar` controls; under a request rate the control's requests arrive at the same
-seeded times), each once the other server has stopped polling (load.switch); with
-`serving.repeats` R, each side R times in the order A B B A A B ..., each side's median wall
-kept. Each record is one request (its TTFT, TPOT, ITL gaps and latency); the shard is one
+load shape, its concurrency, request rate and draft length: load.warm), and the same prompts
+as one load on the control server at the same concurrency (the honest-ratio rule of
+specsweep's `ar` controls; under a request rate the control's requests arrive at the same
+seeded times), each once the other server has stopped polling (load.switch). The trials the
+queue hands over together (one server start, one control: Shard.together) share their
+controls: with `serving.repeats` R, C A B C B A C ... (`balanced_order`: R passes over the
+trials, R + 1 controls), each trial's median wall against the mean of the controls around
+each pass. Each record is one request (its TTFT, TPOT, ITL gaps and latency); the shard is one
 batch, whose wall time is the load's. Requests sent one after another (concurrency 1, no rate)
 have their own spec-decode counters; otherwise the shard's counters go on its first record, so
 they sum over a trial as specsweep's do."""
@@ -128,43 +130,74 @@ class ServerPool:
         self.servers.clear()
 
 
-def serve_shard(pool: ServerPool, pair: str, config: ServingConfig, control: ServingConfig | None,
-                prompts: list[list[int]], first: int, repeats: int = 1, ceiling: int | None = None
-                ) -> tuple[list[dict], list[dict], float, dict]:
-    """(one record per prompt, the control load, seconds spent starting servers, what the
-    vLLM plugin found and worked around in the trial's server). With a `ceiling` the trial's
-    server is resident (ServerPool.server). With a control, the trial's
-    load and the control's are each served `repeats` times, A B B A A B ..., and each side's
-    wall is its median; the records, tokens and counters are the first load's."""
-    server, started = pool.server(pair, config, prompts, ceiling)
-    before = server.counters()
-    served, wall = pool.serve(server, prompts, config)
-    spent = server.counters() - before
-    records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
-    if not config.one_at_a_time:
-        for i, record in enumerate(records):
-            own = i == 0  # the shard's counters on its first record, so they sum over the trial
-            record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
-                          accepted=spent.accepted if own else 0, shared_counters=True)
-    if control is None:
-        return records, [], started, server.measured_as()
-    plain, plain_started = pool.server(pair, control, prompts)
-    started += plain_started
-    at = time.time()
-    # by side, not by server: a trial without speculation is served by the control's server
-    trial_walls, control_walls = [wall], []
-    for turn in range(2 * repeats - 1):  # after A: B, then B A, A B, ... (drift falls on both)
-        on_control = turn % 4 in (0, 1)
-        load, load_wall = pool.serve(plain if on_control else server, prompts,
-                                        control if on_control else config)
-        (control_walls if on_control else trial_walls).append(load_wall)
-        if on_control and len(control_walls) == 1:
-            new_tokens = sum(len(s.token_ids) for s in load)
-    for record in records:
-        record["batch_wall_s"] = statistics.median(trial_walls)
-    controls = [{"index": first, "new_tokens": new_tokens, "wall_s": statistics.median(control_walls),
-                 "at": at, "repeats": repeats}]
-    return records, controls, started, server.measured_as()
+def balanced_order(candidates: int, repeats: int) -> list[int | None]:
+    """The timed loads of candidates 0..m-1 beside their shared control (None): a control, the
+    candidates in order, a control, the candidates in reverse order, a control, ...
+    (C 0 1 2 C 2 1 0 C for m = 3, R = 2): R passes and R + 1 controls, every candidate load
+    between two controls, and two passes putting each candidate at the same mean position, so
+    a drift linear in time weighs on every candidate alike."""
+    order: list[int | None] = [None]
+    for turn in range(repeats):
+        order += [*(range(candidates) if turn % 2 == 0 else reversed(range(candidates))), None]
+    return order
+
+
+def neighbouring_control(control_walls: list[float]) -> float:
+    """The control wall each candidate of a balanced order is compared with: the median over
+    its passes p of (c_p + c_(p+1)) / 2, the mean of the two controls around pass p."""
+    return statistics.median((a + b) / 2 for a, b in zip(control_walls, control_walls[1:]))
+
+
+def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], control: ServingConfig | None,
+                 prompts: list[list[int]], first: int, repeats: int = 1, ceiling: int | None = None
+                 ) -> tuple[list[list[dict]], list[dict], float, dict]:
+    """(per config, one record per prompt; the control loads; seconds spent starting servers;
+    what the vLLM plugin found and worked around in the trials' server). The configs share one
+    server start (with a `ceiling` it is resident: ServerPool.server); every server is started
+    and warmed before the first timed load. Without a control each config is served once; with
+    one, the configs and the control are served in one balanced order (`balanced_order`: each
+    config `repeats` times, the control R + 1 times), each config's wall is the median of its
+    loads and the control's the neighbouring one (`neighbouring_control`); the records, tokens
+    and counters are each config's first load's."""
+    started = 0.0
+
+    def ready(config: ServingConfig):
+        nonlocal started
+        server, seconds = pool.server(pair, config, prompts, ceiling)
+        started += seconds
+        return server
+
+    for config in [*configs, *([control] if control is not None else [])]:
+        ready(config)
+    firsts: dict[int, tuple] = {}  # config -> its first load and the counters it moved
+    walls: dict[int | None, list[float]] = {j: [] for j in [*range(len(configs)), None]}
+    new_tokens, at = 0, time.time()
+    order = balanced_order(len(configs), repeats) if control is not None else list(range(len(configs)))
+    for j in order:
+        config = control if j is None else configs[j]
+        server = ready(config)  # sets a resident server's draft length; restarts one that died
+        before = server.counters() if j is not None and j not in firsts else None
+        served, wall = pool.serve(server, prompts, config)
+        walls[j].append(wall)
+        if before is not None:
+            firsts[j] = (served, server.counters() - before, server.measured_as())
+        if j is None and not new_tokens:
+            new_tokens = sum(len(s.token_ids) for s in served)
+    out = []
+    for j, config in enumerate(configs):
+        served, spent, _ = firsts[j]
+        wall = statistics.median(walls[j])
+        records = [{**s.record(), "batch": first, "batch_wall_s": wall} for s in served]
+        if not config.one_at_a_time:
+            for i, record in enumerate(records):
+                own = i == 0  # the shard's counters on its first record, so they sum over the trial
+                record.update(iterations=spent.iterations if own else 0, drafted=spent.drafted if own else 0,
+                              accepted=spent.accepted if own else 0, shared_counters=True)
+        out.append(records)
+    controls = [] if control is None else [{"index": first, "new_tokens": new_tokens, "at": at,
+                                            "wall_s": neighbouring_control(walls[None]), "repeats": repeats,
+                                            "shared": len(configs)}]
+    return out, controls, started, firsts[len(configs) - 1][2]
 
 
 class Serving:
@@ -184,21 +217,30 @@ class Serving:
             self.tokenizers[pair] = load_tokenizer(self.worker.pair_specs[pair])
         return self.tokenizers[pair]
 
-    def measure(self, shard: Shard, items: list) -> dict:
-        worker = self.worker
+    def measure(self, shards: list[Shard], items: list) -> list[dict]:
+        """The shards (one, or several on one server start beside one control: Shard.together)
+        served by `serve_shards`; the seconds spent starting servers and the starts go on the
+        first shard's result, since they happened once."""
+        worker, shard = self.worker, shards[0]
         if self.pool is None:
             self.pool = ServerPool(worker.pair_specs, None if worker.logs is None else Path(worker.logs))
         tokenizer = self.tokenizer(shard.pair)
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
         restarts, starts = self.pool.restarts, self.pool.starts
-        records, controls, started, report = serve_shard(self.pool, shard.pair, shard.config, shard.control,
-                                                         prompts, items[0][0].index, shard.repeats,
-                                                         shard.draft_ceiling)
-        for (example, _), record in zip(items, records):
-            record.update(judged(worker.task, example, record["text"]))
-        return {"records": records, "controls": controls, "warmup": 0, **where(), "engine_start_s": started,
-                "engine_starts": self.pool.starts - starts, "engine_restarts": self.pool.restarts - restarts,
-                "engine_report": report}
+        served, controls, started, report = serve_shards(self.pool, shard.pair, [s.config for s in shards],
+                                                         shard.control, prompts, items[0][0].index,
+                                                         shard.repeats, shard.draft_ceiling)
+        out = []
+        for n, records in enumerate(served):
+            for (example, _), record in zip(items, records):
+                record.update(judged(worker.task, example, record["text"]))
+            once = n == 0
+            out.append({"records": records, "controls": controls, "warmup": 0, **where(),
+                        "engine_start_s": started if once else 0.0,
+                        "engine_starts": self.pool.starts - starts if once else 0,
+                        "engine_restarts": self.pool.restarts - restarts if once else 0,
+                        "engine_report": report})
+        return out
 
     def close(self) -> None:
         """Stop the vLLM servers this worker started."""

@@ -24,6 +24,18 @@ class Shard:
     # a served trial's server starts at this num_speculative_tokens (the largest its sweep asks)
     # and drafts the trial's at run time, so one start times every draft length; None: the trial's
     draft_ceiling: int | None = None
+    # what a served trial's server starts (Engine.start_key); None: a shard timed on its own
+    start: object | None = None
+
+    @property
+    def together(self) -> tuple | None:
+        """Shards with one key are measured in one call, each beside the same controls (a
+        served engine times them in one balanced order: serverpool.serve_shards): trials on
+        one server start, with one control, prompts, batch size, repeats and draft ceiling."""
+        if self.start is None or self.control is None:
+            return None
+        return (self.start, self.pair, self.control, self.indices, self.batch_size, self.repeats,
+                self.draft_ceiling)
 
 
 def prompt_seed(sweep_seed: int, index: int) -> int:

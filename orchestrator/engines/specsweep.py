@@ -156,7 +156,12 @@ class Decoder:
         self.warm.add(name)
         return made
 
-    def measure(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
+    def measure(self, shards: list[Shard], items: list[tuple[Example, str]]) -> list[dict]:
+        """Each shard decoded on its own (`shard`): specsweep's controls sit beside a trial's
+        batches, so shards share none."""
+        return [self.shard(shard, items) for shard in shards]
+
+    def shard(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
         """Decode the shard in batches of its batch size, with its controls; returns the
         per-prompt records, the control records (per batch: `index` its batch, `new_tokens`,
         `wall_s`, `at`: when it ran), how many untimed warm-up decodes preceded them, and where

@@ -16,7 +16,15 @@ import optuna
 from orchestrator.analysis.outcome import shard_records
 from orchestrator.search.race import Race, in_order, law
 from orchestrator.search.strategy import Decision, Measured, Request, Sweep
-from orchestrator.spec.space import Candidate, candidate_of, choose_config, grid, modelled, params_key
+from orchestrator.spec.space import (
+    Candidate,
+    candidate_of,
+    choose_config,
+    grid,
+    modelled,
+    params_key,
+    timed_together,
+)
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.stored import STOPPED
 
@@ -155,7 +163,8 @@ def trial_on(study: optuna.Study, spec: SweepSpec, key: tuple) -> tuple[optuna.T
 
 class Sampled:
     """Trials asked of the spec's Optuna sampler (the grid's points enqueued in grid order), up
-    to `search.parallel` in flight and `progress.target` in all, never on a configuration
+    to `search.parallel` in flight (the grid's trials timed together counting as one) and
+    `progress.target` in all, never on a configuration
     tried already; each over every prompt, or with `search.racing` rung by rung (race.py),
     stopped once dominated or infeasible with confidence. Interrupted configurations of an
     earlier session are asked again first (`requeue_interrupted`)."""
@@ -216,9 +225,19 @@ class Sampled:
             self.results[trial.number], self.began[trial.number] = [], time.time()
             end = self.race.first() if self.race is not None else len(self.indices)
             requests.append(Request(params_key(trial.params), True, 0, end, "trial", trial=trial))
-            in_flight += 1
             started += 1
+            if not self._joined_by_next(trial.params):
+                in_flight += 1
         return requests
+
+    def _joined_by_next(self, params: dict) -> bool:
+        """Whether the grid's next point is timed together with this trial (timed_together:
+        one server start and control), so it is asked now whatever `search.parallel`: trials
+        share their controls only when they are in flight together."""
+        if not self.planned:
+            return False
+        key = timed_together(self.spec, params)
+        return key is not None and timed_together(self.spec, self.planned[0]) == key
 
     def _tried(self, key: tuple, number: int) -> bool:
         return key in tried_keys(self.study, number)

@@ -21,8 +21,10 @@ class ServingSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # each trial's load and its control load, served this many times in the order A B B A A B
-    # ...; each side's median wall gives the ratio, so one disturbed load does not move it
+    # each trial's load served this many times, in passes between its control's loads (C A C A
+    # C ...; trials on one server start share the controls: C A B C B A C); the median wall of
+    # each trial against its neighbouring controls' gives the ratio, so one disturbed load does
+    # not move it
     repeats: int = Field(1, ge=1, le=9)
     # service-level objectives, {`<ttft|tpot|latency>_p<50|90|99>_s`: seconds}: a request meets
     # them when its own TTFT / TPOT / latency is within each limit (request_goodput counts those)

@@ -12,6 +12,7 @@ same procedure, so both see the same space.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from orchestrator.engines import ENGINES, SPECSWEEP, engine_of, listed
@@ -92,17 +93,30 @@ def grid(spec: SweepSpec) -> list[dict]:
     return in_start_order(spec, points)
 
 
+def timed_together(spec: SweepSpec, params: dict) -> tuple | None:
+    """What a grid point's trial shares with the trials timed together with it (Shard.together):
+    its server start (Engine.start_key) and its control, or None where it starts nothing of
+    its own."""
+    candidate = candidate_of(spec, params)
+    engine = engine_of(candidate.config)
+    start = engine.start_key(candidate.pair, candidate.config)
+    if start is None:
+        return None
+    return start, json.dumps(engine.control(candidate.config, None).to_dict(), sort_keys=True)
+
+
 def in_start_order(spec: SweepSpec, points: list[dict]) -> list[dict]:
-    """`points` stably ordered by where the first point of their start (Engine.start_key) is;
-    a point that starts nothing of its own stays where it is."""
+    """`points` stably ordered by where the first point of their start (Engine.start_key) is,
+    then, within a start, by where the first point with their control is, so the trials timed
+    together (`timed_together`) come one after another; a point that starts nothing of its own
+    stays where it is."""
     if not any(engine.served for engine in listed(spec.dimension_values())):
         return points
-    first: dict = {}  # start key -> where its first point is
+    first: dict = {}  # start key, or (start key, control) -> where its first point is
     places = []
     for at, params in enumerate(points):
-        candidate = candidate_of(spec, params)
-        key = engine_of(candidate.config).start_key(candidate.pair, candidate.config)
-        places.append(at if key is None else first.setdefault(key, at))
+        key = timed_together(spec, params)
+        places.append((at, at) if key is None else (first.setdefault(key[0], at), first.setdefault(key, at)))
     return [points[at] for _, at in sorted(zip(places, range(len(points))))]
 
 

@@ -60,9 +60,10 @@ class Executor:
                                f"({type(err).__name__}: {first}); nothing ran: run the sweep again") from None
         return self.worker_info
 
-    def _submit(self, worker: int, shard: Shard):
-        prompts = self.prompts[shard.pair]
-        return self.workers[worker].run.remote(shard, [(self.examples[x], prompts[x]) for x in shard.indices])
+    def _submit(self, worker: int, shards: list[Shard]):
+        prompts = self.prompts[shards[0].pair]  # shards measured together share pair and prompts
+        items = [(self.examples[x], prompts[x]) for x in shards[0].indices]
+        return self.workers[worker].run.remote(shards, items)
 
     def run(self, job: Job) -> None:
         """Put a job (or a racing trial's next rung) in flight; its cached shards are done."""

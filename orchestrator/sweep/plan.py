@@ -5,7 +5,9 @@ strategy, orchestrator/search) and scores nothing (`record`).
 Prompts are decoded in one order for the whole sweep: the task's, or under racing the
 race's (`search.racing.race_order`), since a rung is a prefix of that order and must sample
 the prompts uniformly. A trial's shards also carry its engine's control (the `ar` baseline's
-config for specsweep), timed beside the trial so its speed ratio compares like with like.
+config for specsweep), timed beside the trial so its speed ratio compares like with like;
+a served trial's also carry what its server starts, so the queue measures the trials on one
+start and control together (Shard.together).
 """
 
 from __future__ import annotations
@@ -48,11 +50,14 @@ class Planner:
         indices = self.indices[start:end]
         engine = engine_of(candidate.config)
         control = engine.control(candidate.config, self.control) if number is not None else None
+        # a timed trial's server start: trials on one start and control are measured together
+        start = engine.start_key(candidate.pair, candidate.config) if control is not None else None
         number = -1 if number is None else number
         size = candidate.batch_size
         repeats = engine.repeats(self.spec.serving.repeats)
+        spans = split(len(indices), len(eligible), size)
         return [Shard(number, candidate.pair, candidate.config, tuple(indices[a:b]), control, size, repeats,
-                      self.draft_ceiling(candidate)) for a, b in split(len(indices), len(eligible), size)]
+                      self.draft_ceiling(candidate), start) for a, b in spans]
 
     def draft_ceiling(self, candidate: Candidate) -> int | None:
         """The draft length the candidate's server starts at (Engine.draft_ceiling)."""

@@ -4,8 +4,11 @@ Rules, in one place (the executor supplies the Ray calls, so they are testable w
 - a job (a trial or a baseline) is split into shards; a shard already in the cache is done
   without decoding, a finished one is written to the cache (atomically, keyed by pair,
   config, prompts, task and control, so `--resume` never decodes it twice);
-- up to DEPTH shards are queued per worker, so the next one waits in the worker while the
+- up to DEPTH calls are queued per worker, so the next one waits in the worker while the
   driver scores and logs, and a shard goes to the least loaded worker serving its pair;
+- pending shards with one `Shard.together` key (served trials on one server start, with one
+  control and prompts) go in one call, which times them beside shared controls; each keeps
+  its own job, cache entry, retries and deaths;
 - a shard whose worker died is queued again at the front, for another worker if one is
   free; the dead worker gets nothing until a probe says Ray has restarted it; a death
   counts once against each shard it held (up to DEPTH), and MAX_LOST deaths under one
@@ -82,8 +85,8 @@ class ShardQueue:
         self.serves, self.cache_dir, self.cache_salt = serves, cache_dir, cache_salt
         self._submit, self._wait, self._fetch, self._probe_call = submit, wait, fetch, probe
         self.pending: list[tuple[Job, int, int | None]] = []  # (job, shard index, worker to avoid)
-        self.inflight: dict = {}  # handle -> (job, shard index, worker)
-        self.load = dict.fromkeys(serves, 0)  # shards queued or running per worker
+        self.inflight: dict = {}  # handle -> ([(job, shard index), ...] measured in the call, worker)
+        self.load = dict.fromkeys(serves, 0)  # calls queued or running per worker
         self.restarting: dict[int, object] = {}  # dead worker -> the probe that says it is back
 
     def cache_path(self, shard: Shard) -> Path:
@@ -103,21 +106,25 @@ class ShardQueue:
                 self.pending.append((job, i, None))
 
     def dispatch(self) -> None:
-        """Hand pending shards to workers, up to DEPTH each (see the module docstring)."""
+        """Hand pending shards to workers, up to DEPTH calls each (see the module docstring)."""
         while placed := self._place_one():
-            job, i, worker = placed
-            self.inflight[self._submit(worker, job.shards[i])] = placed
+            members, worker = placed
+            self.inflight[self._submit(worker, [job.shards[i] for job, i in members])] = placed
             self.load[worker] += 1
 
-    def _place_one(self) -> tuple[Job, int, int] | None:
-        """The first pending shard some free worker serves, popped, with that worker."""
+    def _place_one(self) -> tuple[list[tuple[Job, int]], int] | None:
+        """The first pending shard some free worker serves, with every other pending shard
+        measured together with it (Shard.together), popped, and that worker."""
         for n, (job, i, avoid) in enumerate(self.pending):
             free = [w for w, load in self.load.items() if load < DEPTH and w not in self.restarting
                     and job.candidate.pair in self.serves[w]]
             if free:
-                self.pending.pop(n)
+                key = job.shards[i].together
+                members = [p for m, p in enumerate(self.pending)
+                           if m == n or (key is not None and p[0].shards[p[1]].together == key)]
+                self.pending = [p for p in self.pending if not any(p is m for m in members)]
                 others = [w for w in free if w != avoid]
-                return job, i, min(others or free, key=lambda w: self.load[w])
+                return [(j, s) for j, s, _ in members], min(others or free, key=lambda w: self.load[w])
         return None
 
     def collect(self, timeout: float) -> list[Job]:
@@ -130,36 +137,45 @@ class ShardQueue:
             if ref in probes:
                 self._restarted(probes[ref], ref)
                 continue
-            job, i, worker = self.inflight.pop(ref)
+            members, worker = self.inflight.pop(ref)
             self.load[worker] -= 1
             try:
-                out = self._fetch(ref)
+                outs = self._fetch(ref)
             except WorkerLost:
                 # A death fails every call the worker held (up to DEPTH): each of those shards
                 # lost its worker once, and one probe waits for the restart.
-                job.lost[i] = job.lost.get(i, 0) + 1
                 if worker not in self.restarting:
                     self.restarting[worker] = self._probe_call(worker)
-                if job.error is None and job.lost[i] < MAX_LOST:
-                    self.pending.insert(0, (job, i, worker))
-                    continue
-                job.error = job.error or f"shard {i}: its worker died {MAX_LOST} times"
+                for job, i in members:
+                    job.lost[i] = job.lost.get(i, 0) + 1
+                    if job.error is None and job.lost[i] < MAX_LOST:
+                        self.pending.insert(0, (job, i, worker))
+                    else:
+                        job.error = job.error or f"shard {i}: its worker died {MAX_LOST} times"
+                        finished += self._ended(job)
             except ShardFailed as err:
-                job.attempts[i] = job.attempts.get(i, 0) + 1
-                if job.error is None and job.attempts[i] < MAX_ATTEMPTS:
-                    self.pending.insert(0, (job, i, worker))
-                    continue
-                job.error = job.error or str(err)
+                for job, i in members:
+                    job.attempts[i] = job.attempts.get(i, 0) + 1
+                    if job.error is None and job.attempts[i] < MAX_ATTEMPTS:
+                        self.pending.insert(0, (job, i, worker))
+                    else:
+                        job.error = job.error or str(err)
+                        finished += self._ended(job)
             else:
-                job.results[i] = out
-                write_atomic(self.cache_path(job.shards[i]), json.dumps(out))
-            if job.error is not None:
-                self.pending = [p for p in self.pending if p[0] is not job]
-                if not any(j is job for j, _, _ in self.inflight.values()):
-                    finished.append(job)
-            elif job.done:
-                finished.append(job)
+                for (job, i), out in zip(members, outs, strict=True):
+                    job.results[i] = out
+                    write_atomic(self.cache_path(job.shards[i]), json.dumps(out))
+                    finished += self._ended(job)
         return finished
+
+    def _ended(self, job: Job) -> list[Job]:
+        """[job] when it is complete, or failed with none of its shards in flight (its pending
+        ones dropped); else []."""
+        if job.error is not None:
+            self.pending = [p for p in self.pending if p[0] is not job]
+            in_flight = any(j is job for members, _ in self.inflight.values() for j, _ in members)
+            return [] if in_flight else [job]
+        return [job] if job.done else []
 
     def _restarted(self, worker: int, ref) -> None:
         try:

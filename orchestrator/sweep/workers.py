@@ -65,13 +65,15 @@ class PairWorker:
             self.measurers[engine.name] = engine.measurer(self)
         return self.measurers[engine.name]
 
-    def run(self, shard: Shard, items: list[tuple[Example, str]]) -> dict:
-        """Measure and score every (example, formatted prompt) of the shard the way its
-        config's engine measures (its measurer); `engine_s`: the seconds it took here, all of
-        it (warm-up, controls, engine starts)."""
+    def run(self, shards: list[Shard], items: list[tuple[Example, str]]) -> list[dict]:
+        """Measure and score every (example, formatted prompt) of the shards (one, or several
+        measured together: Shard.together) the way their engine measures (its measurer); per
+        shard, its result, whose `engine_s` is its share of the seconds the call took here, all
+        of them (warm-up, controls, engine starts)."""
         start = time.perf_counter()
-        out = self.measurer(engine_of(shard.config)).measure(shard, items)
-        return {**out, "engine_s": time.perf_counter() - start}
+        outs = self.measurer(engine_of(shards[0].config)).measure(shards, items)
+        share = (time.perf_counter() - start) / len(shards)
+        return [{**out, "engine_s": share} for out in outs]
 
     def close(self) -> None:
         """Have every measurer stop what it started (the vLLM servers of this worker)."""

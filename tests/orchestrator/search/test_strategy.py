@@ -14,7 +14,7 @@ import pytest
 from orchestrator.search.bisection import Bisection
 from orchestrator.search.registry import STRATEGIES, for_sweep
 from orchestrator.search.strategy import Decision, Measured, Progress, Request, Sweep
-from orchestrator.spec.space import grid, params_key
+from orchestrator.spec.space import grid, params_key, timed_together
 from orchestrator.spec.sweep import parse_spec
 from orchestrator.stored import STOPPED
 
@@ -73,6 +73,12 @@ class Harness:
                 study.tell(d.trial, [sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
                                      sum(r["correct"] for r in rows) / len(rows)])
 
+    def units(self, requests: list[Request]) -> set:
+        """The requests' units of parallelism: the trials timed together (timed_together) are one."""
+        spec = self.sweep.spec if self.sweep is not None else None
+        return {(timed_together(spec, dict(r.key)) if spec is not None and r.trial is not None else None)
+                or (r.key, r.timed, r.start) for r in requests}
+
     def measure(self, request: Request) -> Measured:
         if request.key in self.failing:
             return Measured([], 0.1, error="decode failed")
@@ -93,7 +99,8 @@ class Harness:
         in_flight: list[Request] = []
         for _ in range(rounds):
             new = self.strategy.ask(len(in_flight))
-            assert len(in_flight) + len(new) <= max(parallel, len(in_flight))  # keeps to what is in flight
+            # keeps to what is in flight, the trials timed together counting as one
+            assert len(self.units(in_flight + new)) <= max(parallel, len(self.units(in_flight)))
             for request in new:
                 assert isinstance(request, Request) and request.start <= request.end
                 same = [r for r in self.asked if (r.key, r.timed, r.start) == (request.key, request.timed,
@@ -122,7 +129,7 @@ def sweep_of(sampler: str, racing: bool = False, served: bool = False) -> Sweep:
 # every registered strategy with and without racing (the multi-fidelity search always races),
 # and the multi-fidelity search on a space vLLM serves (its own strategy there)
 CASES = [(name, racing, False) for name in STRATEGIES for racing in (False, True)
-         if not (racing and name == "multifidelity")] + [("multifidelity", False, True)]
+         if not (racing and name == "multifidelity")] + [("multifidelity", False, True), ("grid", False, True)]
 
 
 def test_the_spec_names_exactly_the_registered_strategies():
@@ -160,6 +167,25 @@ def test_a_registered_strategy_keeps_the_contract(name, racing, served):
         if d.results:
             assert d.error is None
     assert harness.strategy.ask(0) == [] and harness.strategy.decided() == []  # over, and stays so
+
+
+def test_the_grid_asks_the_trials_of_one_server_start_and_control_together_beyond_parallel():
+    sweep = sweep_of("grid", served=True)  # parallel 2
+    strategy = for_sweep(sweep)
+    seen = []
+
+    def asked() -> list[tuple]:
+        requests = strategy.ask(0)
+        for request in requests:
+            strategy.tell(request, Harness(strategy).measure(request))
+        seen.extend(requests)
+        points = [dict(r.key) for r in requests]
+        return [(p["method"], p.get("num_speculative_tokens"), p["concurrency"]) for p in points]
+
+    assert asked() == [("none", None, 1), ("none", None, 4)]
+    assert asked() == [("ngram", 2, 1), ("ngram", 4, 1), ("ngram", 2, 4), ("ngram", 4, 4)]
+    groups = [timed_together(sweep.spec, dict(r.key)) for r in seen[2:]]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
 
 
 def test_the_bisection_keeps_the_contract():

@@ -63,6 +63,7 @@ def test_only_workers_serving_the_pair_get_its_shards():
     plan = planner(serves={0: ["other"], 1: ["toy"]})
     job = plan.request_job(Request(params_key(grid(plan.spec)[0]), True, 0, 16, "timing"))
     assert len(job.shards) == 1 and job.trial is None and job.shards[0].trial == -1
+    assert job.shards[0].together is None  # specsweep's controls sit beside each trial's batches
 
 
 def test_a_served_request_carries_vllms_own_control_and_its_repeats():
@@ -74,6 +75,20 @@ def test_a_served_request_carries_vllms_own_control_and_its_repeats():
     job = plan.request_job(Request(params_key(grid(plan.spec)[0]), True, 0, 16, "timing"))
     (shard,) = job.shards
     assert shard.control == ServingConfig(concurrency=2) and shard.repeats == 3 and shard.batch_size == 2
+
+
+def test_served_trials_on_one_server_start_and_control_are_measured_together_and_no_profile_is():
+    spec = {**SPEC, "pairs": ["toy-dflash"], "baselines": [],
+            "space": {"engine": ["vllm"], "method": ["dflash"], "num_speculative_tokens": [3, 5],
+                      "concurrency": [1, 2]}}
+    plan = planner(spec, {0: ["toy-dflash"]})
+    keys = {(p["num_speculative_tokens"], p["concurrency"]): params_key(p) for p in grid(plan.spec)}
+    together = {point: plan.request_job(Request(key, True, 0, 16, "timing")).shards[0].together
+                for point, key in keys.items()}
+    assert together[3, 1] == together[5, 1] is not None and together[3, 2] == together[5, 2]
+    assert together[3, 1] != together[3, 2]  # another concurrency: another control
+    profile = plan.request_job(Request(keys[3, 1], False, 0, 16, "profile")).shards[0]
+    assert profile.together is None
 
 
 def test_racing_decodes_in_the_races_order_and_a_plain_sweep_in_the_tasks():

@@ -13,13 +13,14 @@ from orchestrator.sweep.shards import (
     split,
 )
 from workloads.decoding import DecodeConfig
+from workloads.serving.config import ServingConfig
 
 
 class Handle:
     """A call in flight, hashed by identity like a Ray ObjectRef."""
 
-    def __init__(self, worker, outcome, shard=None):
-        self.worker, self.outcome, self.shard = worker, outcome, shard
+    def __init__(self, worker, outcome, shards=()):
+        self.worker, self.outcome, self.shards = worker, outcome, shards
 
 
 class Workers:
@@ -29,12 +30,14 @@ class Workers:
     def __init__(self, outcomes: dict[int, list[str]], down: int = 0):
         self.outcomes, self.down = outcomes, down
         self.calls: list[tuple[int, tuple]] = []  # (worker, prompt indices) per submit
+        self.together: list[int] = []  # shards per submit
         self.probes = 0
 
-    def submit(self, worker, shard):
-        self.calls.append((worker, shard.indices))
+    def submit(self, worker, shards):
+        self.calls.append((worker, shards[0].indices))
+        self.together.append(len(shards))
         plan = self.outcomes.get(worker, [])
-        return Handle(worker, plan.pop(0) if plan else "ok", shard)
+        return Handle(worker, plan.pop(0) if plan else "ok", shards)
 
     def probe(self, worker):
         self.probes += 1
@@ -50,7 +53,8 @@ class Workers:
             raise WorkerLost
         if handle.outcome == "raise":
             raise ShardFailed("ValueError: bad config")
-        return {"worker": handle.worker, "records": list(handle.shard.indices) if handle.shard else []}
+        return [{"worker": handle.worker, "records": list(shard.indices), "trial": shard.trial}
+                for shard in handle.shards]
 
 
 def queue(tmp_path, workers, serves=None):
@@ -198,3 +202,43 @@ def test_the_cache_key_holds_the_task_and_the_control(tmp_path):
     config, control = DecodeConfig(block=4), DecodeConfig(schedule="ar")
     assert path(shard) != path(Shard(0, "toy", config, (0, 1), control=control))
     assert path(shard) == path(Shard(7, "toy", config, (0, 1)))  # the trial number is not in it
+
+
+def served_job(number, drafts, indices=(0, 1), concurrency=2):
+    """A served trial's job of one shard, on the server started at 7 drafts a step."""
+    config = ServingConfig(method="dflash", num_speculative_tokens=drafts, concurrency=concurrency)
+    shard = Shard(number, "toy", config, indices, config.unspeculative(), concurrency, 3, 7,
+                  start=("toy", "dflash"))
+    return Job(f"trial:{number}", "t", Candidate("toy", config, concurrency), [shard])
+
+
+def test_served_shards_on_one_start_control_and_prompts_go_in_one_call_and_come_back_apart(tmp_path):
+    w = Workers({})
+    q = queue(tmp_path, w, serves={0: ["toy"]})
+    jobs = [served_job(1, 3), served_job(2, 5), served_job(3, 7),
+            served_job(4, 3, concurrency=4),  # another control
+            served_job(5, 5, indices=(2, 3))]  # other prompts
+    for j in jobs:
+        q.add(j)
+    done = drain(q)
+    assert sorted(w.together) == [1, 1, 3]
+    assert sorted(map(id, done)) == sorted(map(id, jobs))
+    assert [j.results[0]["trial"] for j in jobs] == [1, 2, 3, 4, 5]  # each its own result
+    assert len(list(tmp_path.glob("*.json"))) == 5  # and its own cache entry
+    again = [served_job(1, 3), served_job(2, 5)]
+    for j in again:
+        queue(tmp_path, w).add(j)
+    assert all(j.done for j in again)
+
+
+def test_a_call_of_several_shards_that_fails_or_dies_counts_against_each(tmp_path):
+    w = Workers({0: ["die", "raise", "raise"]}, down=0)
+    q = queue(tmp_path, w, serves={0: ["toy"]})
+    jobs = [served_job(1, 3), served_job(2, 5)]
+    for j in jobs:
+        q.add(j)
+    done = drain(q)
+    assert sorted(map(id, done)) == sorted(map(id, jobs))
+    assert w.together == [2, 2, 2]  # retried together after the death and the first failure
+    assert all(j.lost == {0: 1} and j.attempts == {0: MAX_ATTEMPTS} for j in jobs)
+    assert all(j.error == "ValueError: bad config" for j in jobs)

@@ -50,14 +50,14 @@ def test_a_shard_reaches_its_worker_with_its_configs_as_built(monkeypatch):
 def test_warm_up_runs_once_per_process_and_is_never_recorded(decodes):
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
     shard = Shard(0, "toy", TRIAL, tuple(range(5)), control=AR)
-    first = worker.run(shard, items(5))
+    first = worker.run([shard], items(5))[0]
     assert first["warmup"] == 2 * WARMUP  # the trial's config and the control's, on WARMUP prompts
     assert len(first["records"]) == 5 and len(first["controls"]) == 3
     assert len(decodes) == 2 * WARMUP + 5 + 3
-    again = worker.run(shard, items(5))
+    again = worker.run([shard], items(5))[0]
     assert again["warmup"] == 0 and len(decodes) == 2 * WARMUP + 2 * (5 + 3)
     restarted = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)  # what Ray builds after a restart
-    assert restarted.run(shard, items(5))["warmup"] == 2 * WARMUP
+    assert restarted.run([shard], items(5))[0]["warmup"] == 2 * WARMUP
     # records and controls are the timed decodes, the same on a warm and a restarted worker
     assert [r["token_ids"] for r in first["records"]] == [r["token_ids"] for r in again["records"]]
 
@@ -65,7 +65,7 @@ def test_warm_up_runs_once_per_process_and_is_never_recorded(decodes):
 def test_controls_run_right_before_the_trial_decode_of_their_prompt(decodes):
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
     worker.measurer(SPECSWEEP).warm.add("toy")
-    out = worker.run(Shard(0, "toy", TRIAL, tuple(range(7)), control=AR), items(7))
+    out = worker.run([Shard(0, "toy", TRIAL, tuple(range(7)), control=AR)], items(7))[0]
     prompts = [p for _, p in items(7)]
     timed = [(prompts.index(p), schedule) for p, schedule in decodes]
     assert timed == [(0, "ar"), (0, "linear"), (1, "linear"), (2, "linear"), (3, "ar"), (3, "linear"),
@@ -76,7 +76,7 @@ def test_controls_run_right_before_the_trial_decode_of_their_prompt(decodes):
 
 def test_a_shard_without_a_control_config_decodes_no_controls(decodes):
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
-    out = worker.run(Shard(-1, "toy", AR, tuple(range(3))), items(3))
+    out = worker.run([Shard(-1, "toy", AR, tuple(range(3)))], items(3))[0]
     assert out["controls"] == [] and out["warmup"] == WARMUP and len(decodes) == WARMUP + 3
 
 
@@ -91,12 +91,12 @@ def test_a_batched_shard_decodes_whole_batches_with_a_control_per_batch(decodes)
     batch size 1."""
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
     worker.measurer(SPECSWEEP).warm.add("toy")
-    batched = worker.run(Shard(0, "toy", TRIAL, tuple(range(10)), control=AR, batch_size=4), items(10))
+    batched = worker.run([Shard(0, "toy", TRIAL, tuple(range(10)), control=AR, batch_size=4)], items(10))[0]
     assert [r["batch"] for r in batched["records"]] == [0] * 4 + [4] * 4 + [8] * 2
     assert [c["index"] for c in batched["controls"]] == [0, 4, 8]
     for record in batched["records"]:
         assert 0 < record["wall_s"] <= record["batch_wall_s"]
-    alone = worker.run(Shard(0, "toy", TRIAL, tuple(range(10))), items(10))
+    alone = worker.run([Shard(0, "toy", TRIAL, tuple(range(10)))], items(10))[0]
     assert [r["token_ids"] for r in batched["records"]] == [r["token_ids"] for r in alone["records"]]
 
 
@@ -105,8 +105,8 @@ def test_records_carry_each_iterations_accepted_draft_tokens(decodes):
     summing to the prompt's accepted tokens; an `ar` shard's are empty."""
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
     worker.measurer(SPECSWEEP).warm.add("toy")
-    for record in worker.run(Shard(0, "toy", TRIAL, tuple(range(3))), items(3))["records"]:
+    for record in worker.run([Shard(0, "toy", TRIAL, tuple(range(3)))], items(3))[0]["records"]:
         lengths = record["accept_lengths"]
         assert all(type(a) is int for a in lengths)
         assert len(lengths) == record["iterations"] and sum(lengths) == record["accepted"]
-    assert all(r["accept_lengths"] == [] for r in worker.run(Shard(-1, "toy", AR, (0,)), items(1))["records"])
+    assert all(r["accept_lengths"] == [] for r in worker.run([Shard(-1, "toy", AR, (0,))], items(1))[0]["records"])
