@@ -6,7 +6,11 @@ multi-fidelity search decoded here for real (bench/fidelity.Profiler).
 
 Cost is engine-seconds as a worker spends them: the control server's start once, a
 speculative server's start whenever the method served changes (the grid recorded each
-setting's start on its first trial), and each configuration's loads, repeats and controls.
+setting's start on its first trial), and each configuration's loads, repeats and controls:
+its trial's engine-seconds, which under shared controls (engines.serverpool.balanced_order) are
+its share of the group it was timed with, so a point a strategy times alone is priced at that
+share, below what it costs alone (R + 1 control loads of its own); a live run of the strategy
+(`specsweep run`, `status --json`) gives its own cost.
 Per concurrency, the pick is the fastest configuration a strategy measured; its gap is
 against the grid's fastest there, hypervolume and recall over (tokens/s, accuracy) there.
 """

@@ -61,11 +61,13 @@ class ServerPool:
         switch(self.last, server)
         self.last = server
 
-    def serve(self, server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> tuple:
-        """A load on `server` (load.serve), once the server that served before is quiet; a
-        resident server must have drafted the load's draft length (its plugin's report)."""
+    def serve(self, server: VllmServer, prompts: list[list[int]], config: ServingConfig, counted: bool = True
+              ) -> tuple:
+        """A load on `server` (load.serve; `counted`: its requests' own counters read), once the
+        server that served before is quiet; a resident server must have drafted the load's
+        draft length (its plugin's report)."""
         self._turn_to(server)
-        out = serve(server, prompts, config)
+        out = serve(server, prompts, config, counted)
         if server.resident and (drafted := server.drafted()) != server.draft_tokens:
             raise EngineFailure(f"engine: the vLLM server on port {server.port} drafted {drafted} "
                                 f"tokens a step, not the {server.draft_tokens} asked at run time "
@@ -177,7 +179,7 @@ def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], cont
         config = control if j is None else configs[j]
         server = ready(config)  # sets a resident server's draft length; restarts one that died
         before = server.counters() if j is not None and j not in firsts else None
-        served, wall = pool.serve(server, prompts, config)
+        served, wall = pool.serve(server, prompts, config, counted=before is not None)
         walls[j].append(wall)
         if before is not None:
             firsts[j] = (served, server.counters() - before, server.measured_as())

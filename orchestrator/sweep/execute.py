@@ -1,7 +1,7 @@
 """Running a sweep's jobs: one Ray actor per worker slot holding its pairs (`workers`), and
 the shard queue that hands them shards, retries and caches (`shards`). A shard crosses to
 its worker as it is, its `DecodeConfig`s included, with the examples and formatted prompts
-of its indices.
+of its indices; shards measured together (Shard.together) cross in one call.
 """
 
 from __future__ import annotations

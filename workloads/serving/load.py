@@ -157,12 +157,13 @@ def _at_rate(server: VllmServer, prompts: list[list[int]], config: ServingConfig
         return [request.result() for request in sent]
 
 
-def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -> tuple[list[Served], float]:
+def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig, counted: bool = True
+          ) -> tuple[list[Served], float]:
     """Each prompt (token ids) served, in order, with `config.concurrency` requests in flight
     (arriving at `config.request_rate` when it is set); and the wall time of the load. At
     concurrency 1 without a rate each request also carries its own spec-decode counters, read
-    between requests, so the load's wall time is the sum of the requests' latencies (the
-    reads are not load)."""
+    between requests (unless not `counted`: a repeat whose records are not kept), so the load's
+    wall time is the sum of the requests' latencies (the reads are not load)."""
     if config.request_rate is not None:
         began = time.perf_counter()
         served = _at_rate(server, prompts, config)
@@ -170,9 +171,11 @@ def serve(server: VllmServer, prompts: list[list[int]], config: ServingConfig) -
     if config.one_at_a_time:
         served = []
         for prompt in prompts:
-            before = server.counters()
+            before = server.counters() if counted else None
             one = _stream(server, prompt, config)
-            served.append(dataclasses.replace(one, counters=server.counters() - before))
+            if before is not None:
+                one = dataclasses.replace(one, counters=server.counters() - before)
+            served.append(one)
         return served, sum(s.wall_s for s in served)
     began = time.perf_counter()
     with ThreadPoolExecutor(max_workers=config.concurrency) as pool:

@@ -96,10 +96,11 @@ def test_the_unmasking_policy_is_chosen_only_where_it_changes_the_draft():
 
 def test_a_served_grid_starts_each_server_once_and_specsweeps_grid_keeps_its_order():
     """DSpark's draft top-k is a server setting, the draft length a run-time one: the grid runs
-    each top-k's points together (two starts, not one a point), every start's points in a row;
+    each top-k's points together (two starts, not one a point), every start's points in a row,
+    a start's points of one concurrency in a row (timed together);
     specsweep's points, which start nothing, stay in the order choose_config walks them."""
     from orchestrator.engines import engine_of
-    from orchestrator.spec.space import candidate_of, in_start_order
+    from orchestrator.spec.space import candidate_of, in_start_order, timed_together
 
     served = spec({"engine": ["vllm"], "method": ["dspark"], "num_speculative_tokens": [3, 7],
                    "concurrency": [1, 4], "dspark_draft_topk": [None, 2]}, pairs=("toy-dspark", "toy-dflash"))
@@ -110,6 +111,10 @@ def test_a_served_grid_starts_each_server_once_and_specsweeps_grid_keeps_its_ord
     runs = [key for at, key in enumerate(starts) if at == 0 or starts[at - 1] != key]
     assert len(runs) == len(set(starts)) == 2 + 1  # DSpark's two top-ks; the DFlash pair's control
     assert [p.get("dspark_draft_topk") for p in grid(served)[:4]] == [None] * 4
+    # and within a start, the points of one control (concurrency) in a row: timed together
+    together = [timed_together(served, p) for p in grid(served)]
+    runs = [key for at, key in enumerate(together) if at == 0 or together[at - 1] != key]
+    assert len(runs) == len(set(together)) == 2 * 2 + 2  # two per top-k and per control: one a concurrency
     decoded = spec({"block": [2, 4], "steps": [1, 2]}, pairs=("toy", "toy-self"))
     points = grid(decoded)
     assert in_start_order(decoded, points[::-1]) == points[::-1]

@@ -109,4 +109,5 @@ def test_records_carry_each_iterations_accepted_draft_tokens(decodes):
         lengths = record["accept_lengths"]
         assert all(type(a) is int for a in lengths)
         assert len(lengths) == record["iterations"] and sum(lengths) == record["accepted"]
-    assert all(r["accept_lengths"] == [] for r in worker.run([Shard(-1, "toy", AR, (0,))], items(1))[0]["records"])
+    (plain,) = worker.run([Shard(-1, "toy", AR, (0,))], items(1))
+    assert all(r["accept_lengths"] == [] for r in plain["records"])
