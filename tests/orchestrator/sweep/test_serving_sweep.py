@@ -56,7 +56,7 @@ def test_a_vllm_sweep_logs_serving_metrics_and_exports_what_ran(tmp_path, ray_he
                       "concurrency": [2], "max_new_tokens": 16},
             "search": {"sampler": "grid", "trials": 1, "parallel": 1},
             "objectives": {"throughput_ratio": "max", "accuracy": "max"},
-            "serving": {"repeats": 2}}  # A B B A: the counters checked below stay the first load's
+            "serving": {"repeats": 2}}  # C A C A C: the counters checked below stay the first load's
     result = runner.invoke(app, ["run", str(write(tmp_path, data)), "--root", str(tmp_path),
                                  "--ray-address", ray_head])
     assert result.exit_code == 0, result.output
