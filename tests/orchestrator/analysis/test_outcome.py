@@ -28,9 +28,9 @@ def decoded():
     worker = PairWorker({"toy": "toy"}, "arith", sweep_seed=0)
     examples = get_task("arith").examples(n=8, seed=0)
     items = [(e, e.prompt) for e in examples]
-    shards = [worker.run(Shard(0, "toy", TRIAL, tuple(range(a, b)), control=AR), items[a:b])
+    shards = [worker.run([Shard(0, "toy", TRIAL, tuple(range(a, b)), control=AR)], items[a:b])[0]
               for a, b in ((0, 4), (4, 8))]
-    ar = worker.run(Shard(-1, "toy", AR, tuple(range(8))), items)
+    (ar,) = worker.run([Shard(-1, "toy", AR, tuple(range(8)))], items)
     return shards, ar["records"]
 
 
