@@ -181,6 +181,7 @@ class Sampled:
         self.results: dict[int, list[dict]] = {}  # trial number -> its shards' results so far
         self.began: dict[int, float] = {}
         self.next_rungs: list[Request] = []  # racing trials going on
+        self.joined: set[int] = set()  # trials in flight that the next one was asked to join
         self.done: list[Decision] = []
 
     @cached_property
@@ -210,7 +211,8 @@ class Sampled:
         requests, self.next_rungs = self.next_rungs, []
         in_flight += len(requests)
         started = self.progress.finished + in_flight
-        while in_flight < self.spec.search.parallel and started < self.progress.target:
+        units = in_flight - len(self.joined)  # trials timed together count as one
+        while units < self.spec.search.parallel and started < self.progress.target:
             waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
             if self.planned is not None and not waiting:
                 if not self.planned:
@@ -226,8 +228,10 @@ class Sampled:
             end = self.race.first() if self.race is not None else len(self.indices)
             requests.append(Request(params_key(trial.params), True, 0, end, "trial", trial=trial))
             started += 1
-            if not self._joined_by_next(trial.params):
-                in_flight += 1
+            if self._joined_by_next(trial.params):
+                self.joined.add(trial.number)
+            else:
+                units += 1
         return requests
 
     def _joined_by_next(self, params: dict) -> bool:
@@ -266,6 +270,7 @@ class Sampled:
             self.race.keep(trial, records)
             stopped = rung.stopped
         del self.results[trial.number]
+        self.joined.discard(trial.number)
         self.done.append(Decision(request.key, trial, results, measured.error, stopped,
                                   start=self.began.pop(trial.number)))
 

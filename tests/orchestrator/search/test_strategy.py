@@ -171,22 +171,27 @@ def test_a_registered_strategy_keeps_the_contract(name, racing, served):
     assert harness.strategy.ask(0) == [] and harness.strategy.decided() == []  # over, and stays so
 
 
-def test_the_grid_asks_the_trials_of_one_server_start_and_control_together_beyond_parallel():
+def test_the_grid_asks_the_trials_of_one_server_start_and_control_together_as_one_of_parallel():
     sweep = sweep_of("grid", served=True)  # parallel 2
     strategy = for_sweep(sweep)
-    seen = []
 
-    def asked() -> list[tuple]:
-        requests = strategy.ask(0)
-        for request in requests:
-            strategy.tell(request, Harness(strategy).measure(request))
-        seen.extend(requests)
-        points = [dict(r.key) for r in requests]
-        return [(p["method"], p.get("num_speculative_tokens"), p["concurrency"]) for p in points]
+    def points(requests: list[Request]) -> list[tuple]:
+        return [(p["method"], p.get("num_speculative_tokens"), p["concurrency"])
+                for p in (dict(r.key) for r in requests)]
 
-    assert asked() == [("none", None, 1), ("none", None, 4)]
-    assert asked() == [("ngram", 2, 1), ("ngram", 4, 1), ("ngram", 2, 4), ("ngram", 4, 4)]
-    groups = [timed_together(sweep.spec, dict(r.key)) for r in seen[2:]]
+    def tell(request: Request) -> None:
+        strategy.tell(request, Harness(strategy).measure(request))
+
+    first = strategy.ask(0)
+    assert points(first) == [("none", None, 1), ("none", None, 4)]
+    tell(first[0])
+    second = strategy.ask(1)  # one of two free: the draft lengths at concurrency 1, together
+    assert points(second) == [("ngram", 2, 1), ("ngram", 4, 1)]
+    tell(first[1])
+    third = strategy.ask(2)  # two trials in flight, but one group: one more group
+    assert points(third) == [("ngram", 2, 4), ("ngram", 4, 4)]
+    assert strategy.ask(4) == []  # two groups in flight
+    groups = [timed_together(sweep.spec, dict(r.key)) for r in second + third]
     assert groups[0] == groups[1] != groups[2] == groups[3]
 
 
