@@ -155,9 +155,11 @@ def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], cont
                  ) -> tuple[list[list[dict]], list[dict], float, dict]:
     """(per config, one record per prompt; the control loads; seconds spent starting servers;
     what the vLLM plugin found and worked around in the trials' server). The configs share one
-    server start (with a `ceiling` it is resident: ServerPool.server); every server is started
+    server start, or are served by the control's (with a `ceiling` it is resident:
+    ServerPool.server); every server is started
     and warmed before the first timed load. Without a control each config is served once; with
-    one, the configs and the control are served in one balanced order (`balanced_order`: each
+    one, the configs and the control are served in one balanced order (`balanced_order`, a config
+    the control's own server serves next to the controls: each
     config `repeats` times, the control R + 1 times), each config's wall is the median of its
     loads and the control's the neighbouring one (`neighbouring_control`); the records, tokens
     and counters are each config's first load's."""
@@ -174,7 +176,10 @@ def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], cont
     firsts: dict[int, tuple] = {}  # config -> its first load and the counters it moved
     walls: dict[int | None, list[float]] = {j: [] for j in [*range(len(configs)), None]}
     new_tokens, at = 0, time.time()
-    order = balanced_order(len(configs), repeats) if control is not None else list(range(len(configs)))
+    # a config its control's own server serves first in a pass, so its loads switch no server
+    ranked = sorted(range(len(configs)), key=lambda j: configs[j] != control)
+    passes = balanced_order(len(configs), repeats) if control is not None else list(range(len(configs)))
+    order = [None if at is None else ranked[at] for at in passes]
     for j in order:
         config = control if j is None else configs[j]
         server = ready(config)  # sets a resident server's draft length; restarts one that died
@@ -199,7 +204,7 @@ def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], cont
     controls = [] if control is None else [{"index": first, "new_tokens": new_tokens, "at": at,
                                             "wall_s": neighbouring_control(walls[None]), "repeats": repeats,
                                             "shared": len(configs)}]
-    return out, controls, started, firsts[len(configs) - 1][2]
+    return out, controls, started, firsts[ranked[-1]][2]  # the speculative server's, where one served
 
 
 class Serving:

@@ -29,13 +29,23 @@ class Shard:
 
     @property
     def together(self) -> tuple | None:
-        """Shards with one key are measured in one call, each beside the same controls (a
-        served engine times them in one balanced order: serverpool.serve_shards): trials on
-        one server start, with one control, prompts, batch size, repeats and draft ceiling."""
+        """Its key for `measured_together`: its server
+        start, None where its control's own server serves it (no speculation), and what the
+        others must share: pair, control, prompts, batch size, repeats and draft ceiling."""
         if self.start is None or self.control is None:
             return None
-        return (self.start, self.pair, self.control, self.indices, self.batch_size, self.repeats,
-                self.draft_ceiling)
+        return (None if self.config == self.control else self.start,
+                (self.pair, self.control, self.indices, self.batch_size, self.repeats, self.draft_ceiling))
+
+
+def measured_together(a: tuple | None, b: tuple | None) -> bool:
+    """Whether two timed trials (their keys: Shard.together, spec.space.together_key) are
+    measured together, beside shared controls (a served engine times them in one balanced order:
+    serverpool.serve_shards): the same control and prompts, and one server start, a trial its
+    control's own server serves joining any start's."""
+    if a is None or b is None or a[1] != b[1]:
+        return False
+    return a[0] is None or b[0] is None or a[0] == b[0]
 
 
 def prompt_seed(sweep_seed: int, index: int) -> int:

@@ -14,6 +14,7 @@ from functools import cached_property
 import optuna
 
 from orchestrator.analysis.outcome import shard_records
+from orchestrator.engines.shard import measured_together
 from orchestrator.search.race import Race, in_order, law
 from orchestrator.search.strategy import Decision, Measured, Request, Sweep
 from orchestrator.spec.space import (
@@ -23,7 +24,7 @@ from orchestrator.spec.space import (
     grid,
     modelled,
     params_key,
-    timed_together,
+    together_key,
 )
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.stored import STOPPED
@@ -235,13 +236,11 @@ class Sampled:
         return requests
 
     def _joined_by_next(self, params: dict) -> bool:
-        """Whether the grid's next point is timed together with this trial (timed_together:
-        one server start and control), so it is asked now whatever `search.parallel`: trials
+        """Whether the grid's next point is timed together with this trial (measured_together:
+        one control and server start), so it is asked now whatever `search.parallel`: trials
         share their controls only when they are in flight together."""
-        if not self.planned:
-            return False
-        key = timed_together(self.spec, params)
-        return key is not None and timed_together(self.spec, self.planned[0]) == key
+        return bool(self.planned) and measured_together(together_key(self.spec, params),
+                                                         together_key(self.spec, self.planned[0]))
 
     def _tried(self, key: tuple, number: int) -> bool:
         return key in tried_keys(self.study, number)

@@ -93,30 +93,42 @@ def grid(spec: SweepSpec) -> list[dict]:
     return in_start_order(spec, points)
 
 
-def timed_together(spec: SweepSpec, params: dict) -> tuple | None:
-    """What a grid point's trial shares with the trials timed together with it (Shard.together):
-    its server start (Engine.start_key) and its control, or None where it starts nothing of
-    its own."""
+def together_key(spec: SweepSpec, params: dict) -> tuple | None:
+    """A grid point's trial's key for the trials it is timed with (shard.measured_together, as
+    Shard.together holds it for its shards): its server start (Engine.start_key), None where its
+    control's own server serves it, and its pair and control; None where it starts nothing."""
     candidate = candidate_of(spec, params)
     engine = engine_of(candidate.config)
     start = engine.start_key(candidate.pair, candidate.config)
     if start is None:
         return None
-    return start, json.dumps(engine.control(candidate.config, None).to_dict(), sort_keys=True)
+    control = engine.control(candidate.config, None)
+    return (None if control == candidate.config else start,
+            (candidate.pair, json.dumps(control.to_dict(), sort_keys=True)))
 
 
 def in_start_order(spec: SweepSpec, points: list[dict]) -> list[dict]:
     """`points` stably ordered by where the first point of their start (Engine.start_key) is,
     then, within a start, by where the first point with their control is, so the trials timed
-    together (`timed_together`) come one after another; a point that starts nothing of its own
+    together come one after another (`together_key`); a point its control's own server serves
+    goes with the first start's points of its control; a point that starts nothing of its own
     stays where it is."""
     if not any(engine.served for engine in listed(spec.dimension_values())):
         return points
-    first: dict = {}  # start key, or (start key, control) -> where its first point is
+    keys = [together_key(spec, params) for params in points]
+    starts: dict = {}  # start -> where its first point is
+    groups: dict = {}  # (start, pair and control) -> where its first point is
+    joins: dict = {}  # pair and control -> the key of the first start's points of it
+    for at, key in enumerate(keys):
+        if key is not None and key[0] is not None:
+            starts.setdefault(key[0], at)
+            groups.setdefault(key, at)
+            joins.setdefault(key[1], key)
     places = []
-    for at, params in enumerate(points):
-        key = timed_together(spec, params)
-        places.append((at, at) if key is None else (first.setdefault(key[0], at), first.setdefault(key, at)))
+    for at, key in enumerate(keys):
+        if key is not None and key[0] is None:  # served by its control's server: with a start's
+            key = joins.get(key[1], key)
+        places.append((at, at) if key is None or key[0] is None else (starts[key[0]], groups[key]))
     return [points[at] for _, at in sorted(zip(places, range(len(points))))]
 
 

@@ -6,8 +6,8 @@ Rules, in one place (the executor supplies the Ray calls, so they are testable w
   config, prompts, task and control, so `--resume` never decodes it twice);
 - up to DEPTH calls are queued per worker, so the next one waits in the worker while the
   driver scores and logs, and a shard goes to the least loaded worker serving its pair;
-- pending shards with one `Shard.together` key (served trials on one server start, with one
-  control and prompts) go in one call, which times them beside shared controls; each keeps
+- pending shards measured together (`shard.measured_together`: served trials on one server
+  start, with one control and prompts) go in one call, which times them beside shared controls; each keeps
   its own job, cache entry, retries and deaths;
 - a shard whose worker died is queued again at the front, for another worker if one is
   free; the dead worker gets nothing until a probe says Ray has restarted it; a death
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.engines.shard import Shard
+from orchestrator.engines.shard import Shard, measured_together
 from orchestrator.files import write_atomic
 from orchestrator.spec.space import Candidate
 
@@ -114,14 +114,18 @@ class ShardQueue:
 
     def _place_one(self) -> tuple[list[tuple[Job, int]], int] | None:
         """The first pending shard some free worker serves, with every other pending shard
-        measured together with it (Shard.together), popped, and that worker."""
-        for n, (job, i, avoid) in enumerate(self.pending):
+        measured together with it and with each other (shard.measured_together), popped, and
+        that worker."""
+        for n, (job, _, avoid) in enumerate(self.pending):
             free = [w for w, load in self.load.items() if load < DEPTH and w not in self.restarting
                     and job.candidate.pair in self.serves[w]]
             if free:
-                key = job.shards[i].together
-                members = [p for m, p in enumerate(self.pending)
-                           if m == n or (key is not None and p[0].shards[p[1]].together == key)]
+                members = [self.pending[n]]
+                for other in self.pending:
+                    key = other[0].shards[other[1]].together
+                    if other is not members[0] and all(
+                            measured_together(m[0].shards[m[1]].together, key) for m in members):
+                        members.append(other)
                 self.pending = [p for p in self.pending if not any(p is m for m in members)]
                 others = [w for w in free if w != avoid]
                 return [(j, s) for j, s, _ in members], min(others or free, key=lambda w: self.load[w])

@@ -11,10 +11,11 @@ import random
 import optuna
 import pytest
 
+from orchestrator.engines.shard import measured_together
 from orchestrator.search.bisection import Bisection
 from orchestrator.search.registry import STRATEGIES, for_sweep
 from orchestrator.search.strategy import Decision, Measured, Progress, Request, Sweep
-from orchestrator.spec.space import grid, params_key, timed_together
+from orchestrator.spec.space import grid, params_key, together_key
 from orchestrator.spec.sweep import parse_spec
 from orchestrator.stored import STOPPED
 
@@ -73,11 +74,18 @@ class Harness:
                 study.tell(d.trial, [sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
                                      sum(r["correct"] for r in rows) / len(rows)])
 
-    def units(self, requests: list[Request]) -> set:
-        """The requests' units of parallelism: the trials timed together (timed_together) are one."""
+    def units(self, requests: list[Request]) -> list[list]:
+        """The requests' units of parallelism: the trials timed together (measured_together) are one."""
         spec = self.sweep.spec if self.sweep is not None else None
-        return {(timed_together(spec, dict(r.key)) if spec is not None and r.trial is not None else None)
-                or (r.key, r.timed, r.start) for r in requests}
+        units: list[list] = []
+        for r in requests:
+            key = together_key(spec, dict(r.key)) if spec is not None and r.trial is not None else None
+            unit = next((u for u in units if all(measured_together(k, key) for k in u)), None)
+            if unit is None:
+                units.append([key])
+            else:
+                unit.append(key)
+        return units
 
     def measure(self, request: Request) -> Measured:
         if request.key in self.failing:
@@ -179,20 +187,17 @@ def test_the_grid_asks_the_trials_of_one_server_start_and_control_together_as_on
         return [(p["method"], p.get("num_speculative_tokens"), p["concurrency"])
                 for p in (dict(r.key) for r in requests)]
 
-    def tell(request: Request) -> None:
+    first = strategy.ask(0)  # a trial without speculation goes with the first start's of its control
+    assert points(first) == [("none", None, 1), ("ngram", 2, 1), ("ngram", 4, 1),
+                             ("none", None, 4), ("ngram", 2, 4), ("ngram", 4, 4)]
+    for request in first[:3]:
         strategy.tell(request, Harness(strategy).measure(request))
-
-    first = strategy.ask(0)
-    assert points(first) == [("none", None, 1), ("none", None, 4)]
-    tell(first[0])
-    second = strategy.ask(1)  # one of two free: the draft lengths at concurrency 1, together
-    assert points(second) == [("ngram", 2, 1), ("ngram", 4, 1)]
-    tell(first[1])
-    third = strategy.ask(2)  # two trials in flight, but one group: one more group
-    assert points(third) == [("ngram", 2, 4), ("ngram", 4, 4)]
-    assert strategy.ask(4) == []  # two groups in flight
-    groups = [timed_together(sweep.spec, dict(r.key)) for r in second + third]
-    assert groups[0] == groups[1] != groups[2] == groups[3]
+    second = strategy.ask(3)  # three trials in flight, but one group: one more group
+    assert points(second) == [("dflash", 2, 1), ("dflash", 4, 1)]
+    assert strategy.ask(5) == []  # two groups in flight
+    keys = [together_key(sweep.spec, dict(r.key)) for r in first + second]
+    assert all(measured_together(keys[0], k) for k in keys[1:3]) and not measured_together(keys[0], keys[3])
+    assert measured_together(keys[0], keys[6]) and not measured_together(keys[1], keys[6])  # another start
 
 
 def test_the_bisection_keeps_the_contract():

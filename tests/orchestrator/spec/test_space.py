@@ -100,7 +100,7 @@ def test_a_served_grid_starts_each_server_once_and_specsweeps_grid_keeps_its_ord
     a start's points of one concurrency in a row (timed together);
     specsweep's points, which start nothing, stay in the order choose_config walks them."""
     from orchestrator.engines import engine_of
-    from orchestrator.spec.space import candidate_of, in_start_order, timed_together
+    from orchestrator.spec.space import candidate_of, in_start_order, together_key
 
     served = spec({"engine": ["vllm"], "method": ["dspark"], "num_speculative_tokens": [3, 7],
                    "concurrency": [1, 4], "dspark_draft_topk": [None, 2]}, pairs=("toy-dspark", "toy-dflash"))
@@ -112,9 +112,16 @@ def test_a_served_grid_starts_each_server_once_and_specsweeps_grid_keeps_its_ord
     assert len(runs) == len(set(starts)) == 2 + 1  # DSpark's two top-ks; the DFlash pair's control
     assert [p.get("dspark_draft_topk") for p in grid(served)[:4]] == [None] * 4
     # and within a start, the points of one control (concurrency) in a row: timed together
-    together = [timed_together(served, p) for p in grid(served)]
+    together = [together_key(served, p) for p in grid(served)]
     runs = [key for at, key in enumerate(together) if at == 0 or together[at - 1] != key]
     assert len(runs) == len(set(together)) == 2 * 2 + 2  # two per top-k and per control: one a concurrency
+    # a point its control's own server serves (no speculation) goes first with its control's
+    # first start: timed together with it
+    mixed = spec({"engine": ["vllm"], "method": ["dflash", "none"], "num_speculative_tokens": [3, 7],
+                  "concurrency": [1, 4]}, pairs=("toy-dflash",))
+    assert [(p["method"], p.get("num_speculative_tokens"), p["concurrency"]) for p in grid(mixed)] == [
+        ("dflash", 3, 1), ("dflash", 7, 1), ("none", None, 1),
+        ("dflash", 3, 4), ("dflash", 7, 4), ("none", None, 4)]
     decoded = spec({"block": [2, 4], "steps": [1, 2]}, pairs=("toy", "toy-self"))
     points = grid(decoded)
     assert in_start_order(decoded, points[::-1]) == points[::-1]

@@ -1,5 +1,7 @@
 """The shard queue's rules without Ray: fake workers whose calls succeed, raise, or die."""
 
+from dataclasses import replace
+
 from orchestrator.engines.shard import Shard
 from orchestrator.spec.space import Candidate
 from orchestrator.sweep.shards import (
@@ -242,3 +244,19 @@ def test_a_call_of_several_shards_that_fails_or_dies_counts_against_each(tmp_pat
     assert w.together == [2, 2, 2]  # retried together after the death and the first failure
     assert all(j.lost == {0: 1} and j.attempts == {0: MAX_ATTEMPTS} for j in jobs)
     assert all(j.error == "ValueError: bad config" for j in jobs)
+
+
+def test_a_trial_its_controls_own_server_serves_joins_one_start_of_its_control(tmp_path):
+    w = Workers({})
+    q = queue(tmp_path, w, serves={0: ["toy"]})
+    plain = ServingConfig(concurrency=2)  # served by the control's server
+    rider = Job("trial:0", "t", Candidate("toy", plain, 2),
+                [Shard(0, "toy", plain, (0, 1), plain, 2, 3, 7, start=("toy", "none"))])
+    other = served_job(9, 3)
+    other.shards[0] = replace(other.shards[0], start=("toy", "ngram"))  # another start
+    jobs = [rider, served_job(1, 3), other, served_job(2, 5)]
+    for j in jobs:
+        q.add(j)
+    assert rider.shards[0].together[0] is None
+    drain(q)
+    assert w.together == [3, 1]  # the rider with the first start pending (DFlash's two); ngram's alone
