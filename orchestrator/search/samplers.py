@@ -236,11 +236,15 @@ class Sampled:
         return requests
 
     def _joined_by_next(self, params: dict) -> bool:
-        """Whether the grid's next point is timed together with this trial (measured_together:
-        one control and server start), so it is asked now whatever `search.parallel`: trials
-        share their controls only when they are in flight together."""
-        return bool(self.planned) and measured_together(together_key(self.spec, params),
-                                                         together_key(self.spec, self.planned[0]))
+        """Whether the next point asked (an enqueued one: an interrupted trial's again, or the
+        grid's next) is timed together with this trial (measured_together: one control and
+        server start), so it is asked now whatever `search.parallel`: trials share their
+        controls only when they are in flight together."""
+        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        following = waiting[0].system_attrs.get("fixed_params") if waiting else (
+            self.planned[0] if self.planned else None)
+        return following is not None and measured_together(together_key(self.spec, params),
+                                                            together_key(self.spec, following))
 
     def _tried(self, key: tuple, number: int) -> bool:
         return key in tried_keys(self.study, number)

@@ -200,6 +200,16 @@ def test_the_grid_asks_the_trials_of_one_server_start_and_control_together_as_on
     assert measured_together(keys[0], keys[6]) and not measured_together(keys[1], keys[6])  # another start
 
 
+def test_interrupted_trials_timed_together_are_asked_again_together():
+    sweep = sweep_of("grid", served=True)  # parallel 2
+    for params in grid(sweep.spec)[:3]:  # none, ngram 2 and 4 at concurrency 1: enqueued again
+        sweep.study.enqueue_trial(params)
+    asked = for_sweep(sweep).ask(0)
+    keys = [together_key(sweep.spec, dict(r.key)) for r in asked]
+    assert len(asked) == 6 and all(measured_together(keys[0], k) for k in keys[1:3])
+    assert [dict(r.key)["concurrency"] for r in asked] == [1, 1, 1, 4, 4, 4]  # and then one more group
+
+
 def test_the_bisection_keeps_the_contract():
     truth = 40.0  # loads meet the SLO below this rate
 
