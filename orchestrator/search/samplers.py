@@ -240,11 +240,16 @@ class Sampled:
         grid's next) is timed together with this trial (measured_together: one control and
         server start), so it is asked now whatever `search.parallel`: trials share their
         controls only when they are in flight together."""
+        key = together_key(self.spec, params)
+        if key is None:  # it starts nothing of its own (specsweep's engine): timed alone
+            return False
         waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         following = waiting[0].system_attrs.get("fixed_params") if waiting else (
             self.planned[0] if self.planned else None)
-        return following is not None and measured_together(together_key(self.spec, params),
-                                                            together_key(self.spec, following))
+        try:
+            return following is not None and measured_together(key, together_key(self.spec, following))
+        except KeyError:  # an enqueued point whose other params the sampler chooses (one interrupted
+            return False  # before they were asked)
 
     def _tried(self, key: tuple, number: int) -> bool:
         return key in tried_keys(self.study, number)

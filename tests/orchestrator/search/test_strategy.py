@@ -208,6 +208,10 @@ def test_interrupted_trials_timed_together_are_asked_again_together():
     keys = [together_key(sweep.spec, dict(r.key)) for r in asked]
     assert len(asked) == 6 and all(measured_together(keys[0], k) for k in keys[1:3])
     assert [dict(r.key)["concurrency"] for r in asked] == [1, 1, 1, 4, 4, 4]  # and then one more group
+    partial = sweep_of("grid", served=True)
+    partial.study.enqueue_trial({"method": "ngram"})  # interrupted before its other params were asked
+    partial.study.enqueue_trial({"method": "ngram"})
+    assert len(for_sweep(partial).ask(0)) >= 2  # asked, the sampler choosing the rest
 
 
 def test_the_bisection_keeps_the_contract():
