@@ -29,6 +29,7 @@ written = 0
 print("ready", flush=True)
 while sys.stdin.readline():  # a line: write until interrupted
     try:
+        print("writing", flush=True)  # the interrupt must land in the loop, not in readline
         while True:
             study.set_user_attr("written", written + 1)
             written += 1
@@ -55,6 +56,7 @@ def interrupt_appends(path, held: bool, rounds: int) -> list[tuple[str, str, int
         for turn in range(rounds):
             writer.stdin.write("append\n")
             writer.stdin.flush()
+            assert writer.stdout.readline() == "writing\n", f"the writer died (exit {writer.wait()})"
             time.sleep(chance.uniform(0.002, 0.02))
             writer.send_signal(signal.SIGINT if turn % 2 else signal.SIGTERM)
             line = writer.stdout.readline().split()
