@@ -8,8 +8,9 @@ Its grid points differ only in `method`, `num_speculative_tokens` and `concurren
    (a drafter setting's own configuration; greedy `ar` for none and ngram), its records
    turned into each configuration's (`acceptance.served_record`);
 2. timing: per pair, the setting the search names, at the concurrencies where it can still
-   beat the pick by more than the tolerance, each a whole trial (its loads, repeats and
-   controls as the grid's), until none can.
+   beat the pick by more than the tolerance, with the draft lengths of its start the search
+   times beside it there (ServingSearch.beside: one balanced order, controls shared), each a
+   whole trial (its loads, repeats and controls as the grid's), until none can.
 A configuration never timed is recorded with what was measured of it (accuracy, acceptance)
 and why it was not timed: the most tokens/s it could reach there against the pick's.
 """
@@ -43,6 +44,7 @@ class ServingFidelity:
     tolerance: float
     error: float
     seed: int = 0
+    repeats: int = 1  # serving.repeats: what timing a setting beside another saves
     profiles: dict[tuple, list[dict]] = field(default_factory=dict)
     timed: dict[tuple, list[dict]] = field(default_factory=dict)
     stopped: dict[tuple, str] = field(default_factory=dict)
@@ -81,12 +83,13 @@ class ServingFidelity:
                 continue
             setting, where = chosen
             for c in where:
-                key = self._key(pair, setting, c)
-                # in the first objective's unit, as the summary compares it (tok/s or a ratio)
-                before = self.predicted(key, self.objectives[0]) if self.objectives else None
-                if before is not None:
-                    self.predicted_before[key] = before
-                requests.append(Request(key, True, 0, self.total, "timing"))
+                for timed in [setting, *search.beside(setting, c)]:
+                    key = self._key(pair, timed, c)
+                    # in the first objective's unit, as the summary compares it (tok/s or a ratio)
+                    before = self.predicted(key, self.objectives[0]) if self.objectives else None
+                    if before is not None:
+                        self.predicted_before[key] = before
+                    requests.append(Request(key, True, 0, self.total, "timing"))
         if not requests and not self.over:
             self.over = True
             self._stop_untimed()
@@ -101,7 +104,8 @@ class ServingFidelity:
                 gains[self.configs[key][1].setting] = (accepted.step_gain, accepted.width)
             gains.setdefault(("none", 0), (1.0, 0.0))  # the control: measured beside every timing
             concurrencies = sorted({self.configs[k][1].concurrency for k in keys})
-            self.searches[pair] = ServingSearch(gains, concurrencies, self.tolerance, self.error)
+            self.searches[pair] = ServingSearch(gains, concurrencies, self.tolerance, self.error,
+                                                 self.repeats)
 
     def _stop_untimed(self) -> None:
         for key, (pair, config) in self.configs.items():
@@ -186,10 +190,16 @@ class ServingFidelity:
         if step[0].phase == "profile":
             return (f"measuring acceptance of {len(self.configs)} configurations in {len(step)} "
                     "untimed batches")
-        first = self.configs[step[0].key][1]
-        where = ", ".join(str(self.configs[r.key][1].concurrency) for r in step)
-        return (f"timing {first.method} {first.num_speculative_tokens} in vLLM at concurrency {where} "
-                f"({len(self.timed)} of {len(self.configs)} timed so far)")
+        where: dict[tuple, list[str]] = {}  # the chosen setting first, then those beside it
+        for r in step:
+            config = self.configs[r.key][1]
+            setting = config.method, config.num_speculative_tokens
+            where.setdefault(setting, []).append(str(config.concurrency))
+        ((method, n), cs), *beside = where.items()
+        said = f"timing {method} {n} in vLLM at concurrency {', '.join(cs)}"
+        for (method, n), cs in beside:
+            said += f", {method} {n} beside it at {', '.join(cs)}"
+        return f"{said} ({len(self.timed)} of {len(self.configs)} timed so far)"
 
 
 def for_sweep(sweep: Sweep) -> ServingFidelity:
@@ -214,5 +224,5 @@ def for_sweep(sweep: Sweep) -> ServingFidelity:
 
     sweep.progress.target = len(configs)
     return ServingFidelity(configs, proxies, prompt_ids, len(sweep.indices), f.tolerance, f.error,
-                           seed=spec.search.seed, objectives=tuple(spec.objectives),
-                           outcomes=Outcomes(tried_keys(sweep.study)))
+                           seed=spec.search.seed, repeats=spec.serving.repeats,
+                           objectives=tuple(spec.objectives), outcomes=Outcomes(tried_keys(sweep.study)))

@@ -19,6 +19,12 @@ as the bounds hold. Ratios, not raw tokens/s, since each is measured against a c
 served right beside it: machine drift between timings cancels. The setting with the largest
 optimistic gain over the best goes first, timed at every concurrency where it is still
 needed (one engine start).
+
+Beside it go the settings of its server start (its method, another draft length) that its
+timing is unlikely to rule out (`beside`): a timing alone costs R loads of the setting and
+R + 1 of its control, one beside another R (serving.repeats, controls shared), so a setting
+is timed now where the chance that it is still wanted afterwards exceeds R / (2R + 1).
+Timing more never changes what the search decides of the rest, only what it costs.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class ServingSearch:
     concurrencies: list[int]
     tolerance: float = TOLERANCE
     error: float = ERROR
+    repeats: int = 1  # R, the loads of a timing (serving.repeats)
     ratios: dict[Setting, dict[int, float]] = field(default_factory=dict)
     costs: dict[tuple[str, int], list[tuple[float, float]]] = field(default_factory=dict)
     control: dict[int, list[float]] = field(default_factory=dict)
@@ -120,6 +127,30 @@ class ServingSearch:
             return None
         chosen = max(open_, key=promise)
         return chosen, self.wanted(chosen)
+
+    def still_wanted(self, setting: Setting, chosen: Setting, concurrency: int, points: int = 32) -> float:
+        """The chance that `setting` is still wanted at `concurrency` once `chosen` is timed
+        there, its ratio r taken uniform on (0, optimistic(chosen)]: the share of `points`
+        midpoints r_i = (i + ½)/points · optimistic at which it is."""
+        top = self.optimistic(chosen, concurrency)
+        wanted = 0
+        for i in range(points):
+            after = ServingSearch(self.gains, [concurrency], self.tolerance, self.error, self.repeats,
+                                  {s: dict(r) for s, r in self.ratios.items()},
+                                  {k: list(v) for k, v in self.costs.items()},
+                                  {c: list(v) for c, v in self.control.items()})
+            after.tell(chosen, concurrency, 1.0, (i + 0.5) / points * top)
+            wanted += bool(after.wanted(setting))
+        return wanted / points
+
+    def beside(self, chosen: Setting, concurrency: int) -> list[Setting]:
+        """The settings timed beside `chosen` at `concurrency` (module docstring): another
+        draft length of its start, wanted there, and still wanted after `chosen`'s timing with
+        a chance above R / (2R + 1)."""
+        share = self.repeats / (2 * self.repeats + 1)
+        return sorted(s for s in self.gains
+                      if s != chosen and s[0] == chosen[0] and s[2:] == chosen[2:]
+                      and concurrency in self.wanted(s) and self.still_wanted(s, chosen, concurrency) > share)
 
     def picks(self) -> dict[int, Setting]:
         """The setting with the largest measured ratio at each concurrency."""
