@@ -152,9 +152,10 @@ def neighbouring_control(control_walls: list[float]) -> float:
 
 def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], control: ServingConfig | None,
                  prompts: list[list[int]], first: int, repeats: int = 1, ceiling: int | None = None
-                 ) -> tuple[list[list[dict]], list[dict], float, dict]:
+                 ) -> tuple[list[list[dict]], list[dict], float, list[dict]]:
     """(per config, one record per prompt; the control loads; seconds spent starting servers;
-    what the vLLM plugin found and worked around in the trials' server). The configs share one
+    per config, what its server ran it as: VllmServer.measured_as, a resident server's at that
+    config's draft length). The configs share one
     server start, or are served by the control's (with a `ceiling` it is resident:
     ServerPool.server); every server is started
     and warmed before the first timed load. Without a control each config is served once; with
@@ -204,7 +205,7 @@ def serve_shards(pool: ServerPool, pair: str, configs: list[ServingConfig], cont
     controls = [] if control is None else [{"index": first, "new_tokens": new_tokens, "at": at,
                                             "wall_s": neighbouring_control(walls[None]), "repeats": repeats,
                                             "shared": len(configs)}]
-    return out, controls, started, firsts[ranked[-1]][2]  # the speculative server's, where one served
+    return out, controls, started, [firsts[j][2] for j in range(len(configs))]
 
 
 class Serving:
@@ -234,7 +235,7 @@ class Serving:
         tokenizer = self.tokenizer(shard.pair)
         prompts = [tokenizer(prompt, verbose=False).input_ids for _, prompt in items]
         restarts, starts = self.pool.restarts, self.pool.starts
-        served, controls, started, report = serve_shards(self.pool, shard.pair, [s.config for s in shards],
+        served, controls, started, reports = serve_shards(self.pool, shard.pair, [s.config for s in shards],
                                                          shard.control, prompts, items[0][0].index,
                                                          shard.repeats, shard.draft_ceiling)
         out = []
@@ -246,7 +247,7 @@ class Serving:
                         "engine_start_s": started if once else 0.0,
                         "engine_starts": self.pool.starts - starts if once else 0,
                         "engine_restarts": self.pool.restarts - restarts if once else 0,
-                        "engine_report": report})
+                        "engine_report": reports[n]})
         return out
 
     def close(self) -> None:

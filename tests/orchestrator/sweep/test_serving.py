@@ -65,9 +65,13 @@ def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
         # one request at a time: each request's own counters, read on its first load only
         drafts = [ServingConfig(method="dflash", num_speculative_tokens=k, concurrency=1, max_new_tokens=32)
                   for k in (1, 3)]
-        served, controls, started, _ = serve_shards(engines, "toy-dflash", drafts, drafts[0].unspeculative(),
-                                                    prompts, 0, repeats=2, ceiling=3)
+        served, controls, started, ran = serve_shards(engines, "toy-dflash", drafts,
+                                                      drafts[0].unspeculative(), prompts, 0, repeats=2,
+                                                      ceiling=3)
         assert started > 0 and engines.starts == 3  # one start for both
+        # each logged as what it ran: its own draft length on the server started at 3
+        assert [(r["engine_args"]["speculative_config"]["num_speculative_tokens"], r["resident_n"])
+                for r in ran] == [(1, 3), (3, 3)]
         tokens = [s.token_ids for s in before]
         for records in served:
             assert [r["token_ids"] for r in records] == tokens  # lossless: the verifier's greedy tokens
