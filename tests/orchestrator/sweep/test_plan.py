@@ -97,3 +97,29 @@ def test_racing_decodes_in_the_races_order_and_a_plain_sweep_in_the_tasks():
     raced = parse_spec({**SPEC, "search": {"sampler": "tpe", "racing": {"start": 4}}})
     order = decoding_order(raced, examples)
     assert sorted(e.index for e in order) == sorted(e.index for e in examples) and order != examples
+
+
+def test_the_grid_and_the_queue_put_the_same_trials_together():
+    """The grid asks together what the shard queue then measures together: for every two points
+    of a served grid (methods, draft lengths, no speculation, concurrencies), spec.space's key
+    and the planned shards' keys agree under shard.measured_together."""
+    from itertools import combinations
+
+    from orchestrator.engines.shard import measured_together
+    from orchestrator.spec.space import together_key
+
+    spec = {**SPEC, "pairs": ["toy-dflash"], "baselines": [],
+            "space": {"engine": ["vllm"], "method": ["none", "ngram", "dflash"],
+                      "num_speculative_tokens": [1, 3], "concurrency": [1, 4]},
+            "serving": {"repeats": 2}}
+    plan = planner(spec, {0: ["toy-dflash"]})
+    points = grid(plan.spec)
+    asked = [together_key(plan.spec, p) for p in points]
+    queued = [plan.request_job(Request(params_key(p), True, 0, 16, "timing")).shards[0].together
+              for p in points]
+    pairs = list(combinations(range(len(points)), 2))
+    agree = [measured_together(asked[a], asked[b]) == measured_together(queued[a], queued[b])
+             for a, b in pairs]
+    assert all(agree), [(points[a], points[b]) for (a, b), ok in zip(pairs, agree) if not ok]
+    # at each concurrency: a drafter's two draft lengths, and no speculation with any of the four
+    assert sum(measured_together(asked[a], asked[b]) for a, b in pairs) == 2 * (1 + 1 + 4)
