@@ -29,7 +29,7 @@ Timing more never changes what the search decides of the rest, only what it cost
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -135,10 +135,10 @@ class ServingSearch:
         top = self.optimistic(chosen, concurrency)
         wanted = 0
         for i in range(points):
-            after = ServingSearch(self.gains, [concurrency], self.tolerance, self.error, self.repeats,
-                                  {s: dict(r) for s, r in self.ratios.items()},
-                                  {k: list(v) for k, v in self.costs.items()},
-                                  {c: list(v) for c, v in self.control.items()})
+            after = replace(self, concurrencies=[concurrency],
+                            ratios={s: dict(r) for s, r in self.ratios.items()},
+                            costs={k: list(v) for k, v in self.costs.items()},
+                            control={c: list(v) for c, v in self.control.items()})
             after.tell(chosen, concurrency, 1.0, (i + 0.5) / points * top)
             wanted += bool(after.wanted(setting))
         return wanted / points
