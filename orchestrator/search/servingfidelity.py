@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.analysis.outcome import trial_outcome
+from orchestrator.engines import engine_of
 from orchestrator.search.fidelity import PHASES, Outcomes
 from orchestrator.search.racing import value
 from orchestrator.search.samplers import mark_interrupted, tried_keys
@@ -98,14 +99,16 @@ class ServingFidelity:
     def _start_searches(self) -> None:
         for pair in sorted({p for p, _ in self.configs.values()}):
             keys = [k for k in self.configs if self.configs[k][0] == pair and k in self.profiles]
-            gains = {}
+            gains, starts = {}, {}
             for key in keys:
+                config = self.configs[key][1]
                 accepted = Acceptance.of(self.profiles[key])
-                gains[self.configs[key][1].setting] = (accepted.step_gain, accepted.width)
+                gains[config.setting] = (accepted.step_gain, accepted.width)
+                starts[config.setting] = engine_of(config).start_key(pair, config)
             gains.setdefault(("none", 0), (1.0, 0.0))  # the control: measured beside every timing
             concurrencies = sorted({self.configs[k][1].concurrency for k in keys})
             self.searches[pair] = ServingSearch(gains, concurrencies, self.tolerance, self.error,
-                                                 self.repeats)
+                                                 self.repeats, starts)
 
     def _stop_untimed(self) -> None:
         for key, (pair, config) in self.configs.items():

@@ -20,7 +20,8 @@ served right beside it: machine drift between timings cancels. The setting with 
 optimistic gain over the best goes first, timed at every concurrency where it is still
 needed (one engine start).
 
-Beside it go the settings of its server start (its method, another draft length) that its
+Beside it go the settings of its server start (`starts`: Engine.start_key; a drafter's other
+draft lengths where its server drafts them at run time) that its
 timing is unlikely to rule out (`beside`): a timing alone costs R loads of the setting and
 R + 1 of its control, one beside another R (serving.repeats, controls shared), so a setting
 is timed now where the chance that it is still wanted afterwards exceeds R / (2R + 1).
@@ -66,6 +67,7 @@ class ServingSearch:
     tolerance: float = TOLERANCE
     error: float = ERROR
     repeats: int = 1  # R, the loads of a timing (serving.repeats)
+    starts: dict[Setting, object] = field(default_factory=dict)  # its server start (Engine.start_key)
     ratios: dict[Setting, dict[int, float]] = field(default_factory=dict)
     costs: dict[tuple[str, int], list[tuple[float, float]]] = field(default_factory=dict)
     control: dict[int, list[float]] = field(default_factory=dict)
@@ -145,11 +147,11 @@ class ServingSearch:
 
     def beside(self, chosen: Setting, concurrency: int) -> list[Setting]:
         """The settings timed beside `chosen` at `concurrency` (module docstring): another
-        draft length of its start, wanted there, and still wanted after `chosen`'s timing with
-        a chance above R / (2R + 1)."""
-        share = self.repeats / (2 * self.repeats + 1)
+        setting of its server start (`starts`), wanted there, and still wanted after `chosen`'s
+        timing with a chance above R / (2R + 1)."""
+        start, share = self.starts.get(chosen), self.repeats / (2 * self.repeats + 1)
         return sorted(s for s in self.gains
-                      if s != chosen and s[0] == chosen[0] and s[2:] == chosen[2:]
+                      if s != chosen and start is not None and self.starts.get(s) == start
                       and concurrency in self.wanted(s) and self.still_wanted(s, chosen, concurrency) > share)
 
     def picks(self) -> dict[int, Setting]:

@@ -47,7 +47,8 @@ def search_world(seed: int, beside: bool, error: float = 0.0) -> tuple[int, int,
     (with the settings `beside` the chosen one where asked): (loads at R = 3, timings, the
     search, the truth)."""
     gains, truth = world(random.Random(seed))
-    search = ServingSearch(gains, [1, 4, 16], tolerance=0.05, error=error, repeats=3)
+    search = ServingSearch(gains, [1, 4, 16], tolerance=0.05, error=error, repeats=3,
+                           starts={s: s[0] for s in gains})  # a server a method, drafting n at run time
     loads = timed = 0
     while (step := search.next()) is not None:
         setting, where = step
@@ -82,13 +83,18 @@ for n, accepted in zip((1, 3, 5, 7), (0.639, 1.328, 1.541, 1.541)):
 
 
 def test_the_draft_length_a_first_timing_seldom_rules_out_is_timed_beside_it():
-    search = ServingSearch(MEASURED, [1, 4, 16], tolerance=0.05, error=0.15, repeats=3)
+    starts = {s: s[0] for s in MEASURED}  # a server a method, drafting n at run time
+    search = ServingSearch(MEASURED, [1, 4, 16], tolerance=0.05, error=0.15, repeats=3, starts=starts)
     chosen, where = search.next()
     assert chosen == ("dflash", 7) and where == [1, 4, 16]
     # still wanted after dflash 7's timing at 20/32 of its possible ratios: 5/8 > 3/7
     assert search.still_wanted(("dflash", 5), chosen, 1) == pytest.approx(0.625)
     assert search.still_wanted(("dflash", 3), chosen, 1) < 3 / 7
     assert all(search.beside(chosen, c) == [("dflash", 5)] for c in where)  # never ngram's
+    # a drafter started at each n (its family drafts no other n at run time): nothing beside
+    started = ServingSearch(MEASURED, [1, 4, 16], tolerance=0.05, error=0.15, repeats=3,
+                            starts={s: s for s in MEASURED})
+    assert all(started.beside(chosen, c) == [] for c in where)
     search.tell(chosen, 1, 500.0, 2.28)
     search.tell(("dflash", 5), 1, 450.0, 2.05)
     assert search.beside(("dflash", 3), 1) == []  # nothing left to time at 1
