@@ -11,7 +11,9 @@ measured rather than assumed (a fixed wait either wastes the difference or falls
 slower machine's polling), and at most MAX_WAIT_S. What a process asks for is its time on a CPU
 plus its time waiting for one (/proc/PID/schedstat): on a machine busy with other work a
 spinning process gets less than a core but is runnable all the time, so its CPU time alone
-would read as quiet.
+would read as quiet. The kernel adds a wait to schedstat only once the process runs again, so
+a process still waiting for a CPU when a window ends has not had that wait counted yet: a
+window ending with a process runnable (state R) is not quiet, whatever it read.
 """
 
 from __future__ import annotations
@@ -55,6 +57,15 @@ def demand_ns(pids: list[int]) -> int:
     return total
 
 
+def runnable(pids: list[int]) -> bool:
+    """Whether one of `pids` is running or waiting for a CPU now (state R in /proc/PID/stat)."""
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            if stat_fields(pid)[0] == "R":
+                return True
+    return False
+
+
 def cores(nanoseconds: int, seconds: float) -> float:
     """Cores asked for on average over `seconds` by processes that ran or waited to run for
     `nanoseconds`: nanoseconds / (10⁹ · seconds)."""
@@ -64,8 +75,8 @@ def cores(nanoseconds: int, seconds: float) -> float:
 def wait_quiet(group: int, quiet: float = QUIET_CORES, window: float = WINDOW_S,
                limit: float = MAX_WAIT_S) -> float:
     """Wait until process group `group` asked for less than `quiet` cores over a window of
-    `window` seconds (at once where it has no process), at most `limit` seconds; the seconds
-    waited."""
+    `window` seconds and none of its processes is runnable as the window ends (at once where it
+    has no process), at most `limit` seconds; the seconds waited."""
     began = time.monotonic()
     pids = group_pids(group)
     if not pids:
@@ -74,6 +85,6 @@ def wait_quiet(group: int, quiet: float = QUIET_CORES, window: float = WINDOW_S,
     while True:
         time.sleep(window)
         asked, now = demand_ns(pids), time.monotonic()
-        if cores(asked - before, now - at) < quiet or now - began >= limit:
+        if (cores(asked - before, now - at) < quiet and not runnable(pids)) or now - began >= limit:
             return now - began
         before, at = asked, now

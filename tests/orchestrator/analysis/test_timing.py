@@ -1,8 +1,8 @@
 """Speed ratios that hold when the machine changes under the sweep: a baseline slowed down
 while it ran leaves the trials' ratios alone, and the drift report shows the slowdown."""
 
-import os
-import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -26,32 +26,51 @@ SPEC = {
     "cluster": {"slots": 1, "resource": "gpu_slot"},
 }
 # a worker runs a tenth of the time while throttled: a slowdown well above the 2x the tests
-# ask, also when a loaded machine wakes the throttling thread late (its 10 ms running windows
-# grow; at 30 / 10 ms, three test processes on two cores measured 1.71x, at 60 / 10 ms 1.95x)
+# ask, also when a loaded machine wakes the throttling late (its 10 ms running windows grow:
+# a thread of the driver's process, waiting on the driver for Python's lock, measured 1.71x at
+# 30 / 10 ms and 1.92x at 90 / 10 ms with three test processes on two cores; a process of its
+# own: 6.2x and 6.6x beside three busy loops on two cores)
 STOPPED_S, RUNNING_S = 0.09, 0.01
+# stops and continues the pids it is given until its stdin closes, then continues them and
+# prints its cycles
+THROTTLER = f"""
+import os, select, signal, sys, time
+pids, cycles = [int(p) for p in sys.argv[1:]], 0
+try:
+    while not select.select([sys.stdin], [], [], 0)[0]:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep({STOPPED_S})
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep({RUNNING_S})
+        cycles += 1
+finally:
+    for pid in pids:
+        os.kill(pid, signal.SIGCONT)
+print(cycles, flush=True)
+"""
 
 
 def throttle_during_baselines(driver: Driver, done: threading.Event, cycles: list[int]) -> None:
-    """Stop and continue the workers (SIGSTOP / SIGCONT) from their start until the driver's
-    baselines are over, and not after: a neighbour that hogs the machine only while `ar` is
-    timed. Counts its stop/continue cycles in `cycles`; sets `driver.released` once the workers
-    run again, which the driver waits for before its trials (a stop window left over from the
-    baselines would land in the first trial's controls: its drift read 0.43 under load)."""
+    """Stop and continue the workers (SIGSTOP / SIGCONT, from a process of its own) from their
+    start until the driver's baselines are over, and not after: a neighbour that hogs the
+    machine only while `ar` is timed. Counts its stop/continue cycles in `cycles`; sets
+    `driver.released` once the workers run again, which the driver waits for before its trials
+    (a stop window left over from the baselines would land in the first trial's controls: its
+    drift read 0.43 under load)."""
     while not done.is_set() and not (driver.executor and driver.executor.worker_info):
         time.sleep(0.001)
-    pids = [i["pid"] for i in (driver.executor.worker_info if driver.executor else [])]
+    pids = [str(i["pid"]) for i in (driver.executor.worker_info if driver.executor else [])]
+    throttler = subprocess.Popen([sys.executable, "-c", THROTTLER, *pids], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
     try:
         while not done.is_set() and not getattr(driver, "baselines_done", False):
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            time.sleep(STOPPED_S)
-            for pid in pids:
-                os.kill(pid, signal.SIGCONT)
-            time.sleep(RUNNING_S)
-            cycles[0] += 1
+            time.sleep(0.005)
     finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+        throttler.stdin.close()  # it continues the workers before it exits
+        cycles[0] += int(throttler.stdout.read() or 0)
+        throttler.wait()
         driver.released.set()
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from workloads.serving.procs import QUIET_CORES, cores, demand_ns, group_pids, wait_quiet
+from workloads.serving.procs import QUIET_CORES, cores, demand_ns, group_pids, runnable, wait_quiet
 
 # spins for argv[1] seconds, then sleeps: one core asked for, as vLLM's busy loop
 SPINNER = """
@@ -81,3 +81,17 @@ def test_a_group_with_no_process_is_quiet_at_once():
     proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     proc.wait()
     assert group_pids(proc.pid) == [] and wait_quiet(proc.pid) == 0.0
+
+
+def test_a_spinning_group_is_runnable_and_a_sleeping_one_is_not(machine):
+    """What keeps a window that read quiet from ending the wait: a spinner waiting for a CPU
+    has not had that wait counted yet (the kernel adds it once the spinner runs again)."""
+    proc = _spinning(1.0)
+    try:
+        assert _busy(proc.pid, 0.2) > QUIET_CORES and runnable(group_pids(proc.pid))  # in its loop
+        deadline = time.monotonic() + 10
+        while runnable(group_pids(proc.pid)) and time.monotonic() < deadline:  # until it sleeps
+            time.sleep(0.05)
+        assert time.monotonic() - deadline < -1 and not runnable(group_pids(proc.pid))
+    finally:
+        _stop(proc)
