@@ -21,22 +21,10 @@ from any non-negative weights w without normalising them (no NaN from a zero res
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 RULES = ("lossless", "linear", "cactus", "match")
-
-
-@dataclass(frozen=True)
-class Verification:
-    """The outcome of verifying one draft. accepted: how many leading drafted tokens were
-    kept; token: the recovered token at the first rejection, or the bonus token when every
-    drafted token was accepted."""
-
-    accepted: int
-    token: int
 
 
 def draw(weights: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -101,34 +89,17 @@ def target(rule: str, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, len
     raise ValueError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
 
 
-def verify(
-    rule: str,
-    p: torch.Tensor,
-    q: torch.Tensor,
-    draft: torch.Tensor,
-    uniforms: torch.Tensor,
-    noise: torch.Tensor,
-    leniency: float = 0.0,
-) -> Verification:
-    """Accept drafted tokens left to right until the first rejection: `verify_rows` on a
-    batch of one.
-
-    p: (B + 1, V) verifier distributions p_i = p(· | h, y_<i); the last row gives the bonus.
-    q: (B, V) proposal distributions; draft: (B,) drafted ids; uniforms: (B,) U(0, 1);
-    noise: (B + 1, V) Exp(1). leniency: λ for linear/match, δ for cactus, ignored otherwise.
-    """
-    length = torch.tensor([draft.shape[0]], device=draft.device)
-    accepted, token = verify_rows(rule, p[None], q[None], draft[None], length, uniforms[None], noise[None],
-                                  leniency)
-    return Verification(int(accepted[0]), int(token[0]))
-
-
 def verify_rows(rule: str, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, lengths: torch.Tensor,
                 uniforms: torch.Tensor, noise: torch.Tensor, leniency: float = 0.0
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`verify` over R rows at once, row r's draft the first lengths[r] of draft[r] (the rest
-    is padding, never accepted): p (R, B + 1, V), q (R, B, V), draft (R, B), lengths (R,),
-    uniforms (R, B), noise (R, B + 1, V). Returns (accepted (R,), token (R,)).
+    """Accept drafted tokens left to right until the first rejection, in R rows at once, row
+    r's draft the first lengths[r] of draft[r] (the rest is padding, never accepted):
+    p (R, B + 1, V) verifier distributions p_i = p(· | h, y_<i), row B (after the last
+    draft) giving the bonus; q (R, B, V) proposal distributions; draft (R, B) drafted ids;
+    lengths (R,); uniforms (R, B) U(0, 1); noise (R, B + 1, V) Exp(1); leniency λ for
+    linear/match, δ for cactus, ignored otherwise. Returns (accepted (R,): how many leading
+    drafted tokens were kept, token (R,): the recovered token at the first rejection, or the
+    bonus after a fully accepted draft).
 
     Rejection rules accept y_i when u_i·q_i(y_i) < t_i(y_i) (that is, with probability
     min(1, t_i(y_i)/q_i(y_i))) and recover from [t_i − q_i]₊ at the first rejection; after
