@@ -3,12 +3,12 @@ import math
 import pytest
 import torch
 
+from tests.workloads.decoding.onedraft import verify
 from workloads.decoding.acceptance import (
     bernoulli_kl,
     cactus_gamma,
     draw,
     target,
-    verify,
     verify_greedy_rows,
     verify_rows,
 )

@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from workloads.decoding.acceptance import verify_rows
+from tests.workloads.decoding.onedraft import verify
 
 P1 = torch.tensor([0.5, 0.5])
 P2 = torch.tensor([[0.95, 0.05], [0.05, 0.95]])  # p(y2 | y1)
@@ -23,13 +23,6 @@ JOINT = P1[:, None] * P2  # (2, 2)
 M2 = JOINT.sum(0)  # marginal of y2
 N = 20000
 ALPHA = 1e-3  # significance level of the goodness-of-fit tests
-
-
-def verify(p, q, draft, uniforms, noise) -> tuple[int, int]:
-    """The lossless rule on one draft: (accepted, recovered or bonus token)."""
-    accepted, token = verify_rows("lossless", p[None], q[None], draft[None], torch.tensor([draft.shape[0]]),
-                                  uniforms[None], noise[None])
-    return int(accepted[0]), int(token[0])
 
 
 def sample_outputs(order: str, seed: int = 0) -> Counter:
@@ -49,12 +42,12 @@ def sample_outputs(order: str, seed: int = 0) -> Counter:
         # the verifier row for position 2 conditions on the drafted y1
         p = torch.stack([P1, P2[y1], torch.tensor([0.5, 0.5])])
         noise = torch.empty(3, 2).exponential_(generator=g)
-        accepted, token = verify(p, q, torch.tensor([y1, y2]), torch.rand(2, generator=g), noise)
-        if accepted == 0:  # recovered first token; the next iteration samples p(. | x1)
-            x1 = token
+        v = verify("lossless", p, q, torch.tensor([y1, y2]), torch.rand(2, generator=g), noise)
+        if v.accepted == 0:  # recovered first token; the next iteration samples p(. | x1)
+            x1 = v.token
             x2 = pick(P2[x1])
-        elif accepted == 1:
-            x1, x2 = y1, token
+        elif v.accepted == 1:
+            x1, x2 = y1, v.token
         else:
             x1, x2 = y1, y2
         counts[x1, x2] += 1
