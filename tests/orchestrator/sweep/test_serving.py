@@ -5,7 +5,6 @@ one resident server and their controls."""
 
 import os
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,17 +13,12 @@ import pytest
 from orchestrator.engines.serverpool import ServerPool as Engines
 from orchestrator.engines.serverpool import serve_shards
 from tests.needs_vllm import needs_vllm
+from tests.workloads.serving.faults import engine_cores
 from workloads.models.pair import load_tokenizer
 from workloads.serving.config import ServingConfig
 from workloads.tasks import get_task
 
 pytestmark = needs_vllm
-
-
-def _engine_cores(group: int) -> list[int]:
-    """The pids of the vLLM engine core processes in a server's process group."""
-    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in found if os.getpgid(int(pid)) == group]
 
 
 def _prompts(n: int) -> list[list[int]]:
@@ -45,7 +39,7 @@ def test_an_engine_core_killed_with_loads_in_flight_costs_one_restart():
             load = pool.submit(engines.serve, server, prompts * 8, long)  # 64 requests, 4 in flight
             time.sleep(1.0)
             assert not load.done()
-            cores = _engine_cores(server.process.pid)
+            cores = engine_cores(server.process.pid)
             assert cores
             for pid in cores:
                 os.kill(pid, signal.SIGKILL)

@@ -10,6 +10,12 @@ import time
 from pathlib import Path
 
 
+def engine_cores(group: int) -> list[int]:
+    """The pids of the vLLM engine core processes in a server's process group."""
+    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if os.getpgid(int(pid)) == group]
+
+
 def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
     """The engine cores of the vLLM servers process `parent` started (its guard leads their group);
     with `folder`, only those of the server logging there (each server's processes carry its log

@@ -15,7 +15,7 @@ import pytest
 
 from tests.needs_vllm import needs_vllm
 from tests.workloads.serving.engines import DFLASH
-from tests.workloads.serving.faults import KillOnce
+from tests.workloads.serving.faults import KillOnce, engine_cores
 from workloads.models.pairspec import BUNDLED
 from workloads.serving import load
 from workloads.serving.config import EngineFailure
@@ -27,11 +27,6 @@ pytestmark = needs_vllm
 LONG = DFLASH.__class__(method="dflash", num_speculative_tokens=7, max_new_tokens=160, concurrency=4)
 
 
-def _engine_cores(group: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in found if os.getpgid(int(pid)) == group]
-
-
 def _fault(server: VllmServer, sig: int, times: int, said: list[str]) -> threading.Thread:
     """Send `sig` to the engine core of whichever process `server` runs, `times` times, each once
     requests are in flight on it (a line of `said` per restart marks the next server)."""
@@ -40,7 +35,7 @@ def _fault(server: VllmServer, sig: int, times: int, said: list[str]) -> threadi
             while len(said) < time_ or server.process is None or not server.alive():
                 time.sleep(0.05)  # not while it starts: a frozen start is another case
             time.sleep(0.3)  # requests in flight
-            for pid in _engine_cores(server.process.pid):
+            for pid in engine_cores(server.process.pid):
                 os.kill(pid, sig)
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -80,7 +75,7 @@ def test_a_server_found_dead_before_a_load_is_started_again_and_keeps_its_log(se
         server.restart()
     _, _, ids = arith
     dead = server.log
-    for pid in _engine_cores(server.process.pid):
+    for pid in engine_cores(server.process.pid):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while server.alive() and time.monotonic() < deadline:

@@ -7,6 +7,7 @@ import pytest
 
 from tests.needs_vllm import needs_vllm
 from tests.workloads.serving.engines import DFLASH
+from tests.workloads.serving.faults import engine_cores
 from workloads.serving.conformance import check
 from workloads.serving.load import serve
 from workloads.serving.procs import wait_quiet
@@ -19,6 +20,17 @@ def test_the_cpu_rms_norm_defect_is_found_and_worked_around(dflash_server):
     on the installed kernel and patches the DFlash drafter's context-K norm."""
     assert dflash_server.report["rms_norm_row_zero_defect"] is True
     assert "qwen3_dflash.DFlashQwen3Model" in dflash_server.report["patched"]
+
+
+def test_the_tests_servers_fork_their_engine_core_only_with_one_openmp_thread(dflash_server):
+    """The plugin forks the engine core from the API server where asked (tests/conftest.py) and
+    it can (one OpenMP thread, the model in the engine core); the engine core is still a process
+    of its own, which the fault tests kill."""
+    import os
+
+    single = os.environ.get("OMP_NUM_THREADS") == "1"
+    assert dflash_server.report["forked_engine"] is single
+    assert engine_cores(dflash_server.process.pid)
 
 
 def test_requests_in_flight_keep_each_ones_tokens(dflash_server, arith):

@@ -14,7 +14,8 @@ written as JSON to the file `SPECSWEEP_VLLM_REPORT` names, for the run to log.
 On CPU it also lets the V1 model runner draft DSpark and DFlash 2, which vLLM drafts only in its
 V2 runner (v1_drafters), unless the same switch is off. Where `SPECSWEEP_VLLM_DRAFT_FILE` is
 set, the scheduler takes its draft length from that file (runtime_draft), so one server times
-every draft length up to the one it started with.
+every draft length up to the one it started with. Where `SPECSWEEP_VLLM_FORK_ENGINE=1` (the
+project's tests), a CPU server forks its engine core instead of spawning it (forked_engine).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def register() -> None:
 
     from vllm.platforms import current_platform
 
+    from specsweep_vllm import forked_engine
+
     defect = current_platform.is_cpu() and row_zero_defect()
     allowed = os.environ.get("SPECSWEEP_VLLM_WORKAROUND", "on") != "off"
     patched = []
@@ -76,7 +79,10 @@ def register() -> None:
         from specsweep_vllm import runtime_draft
 
         runtime_draft.install(os.environ["SPECSWEEP_VLLM_DRAFT_FILE"])
-    record(rms_norm_row_zero_defect=defect, workaround=allowed, patched=patched)
+    forked = current_platform.is_cpu() and forked_engine.wanted()
+    if forked:
+        forked_engine.install()
+    record(rms_norm_row_zero_defect=defect, workaround=allowed, patched=patched, forked_engine=forked)
 
 
 def record(**fields) -> None:
