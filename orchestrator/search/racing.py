@@ -9,6 +9,7 @@ throughput_tps = Σnew_tokens/Σwall, and so on.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -75,11 +76,26 @@ def flips(n: int, racing: Racing, seed: int = 0) -> np.ndarray:
     """Swap patterns (S, n) of 0/1 for the paired sign-flip test at n prompts, row 0 the
     identity: all 2^n patterns when 2^n ≤ racing.resamples (the exact randomisation
     distribution), else the identity and `resamples` uniform draws (a Monte Carlo p-value,
-    valid at every n). Shared by every comparison at n prompts."""
+    valid at every n). Shared by every comparison at n prompts (read-only: the same array is
+    handed to each)."""
     if n < 20 and 2**n <= racing.resamples:
-        return ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(float)
-    rng = np.random.default_rng([seed, n])
-    return np.vstack([np.zeros((1, n)), rng.integers(0, 2, size=(racing.resamples, n))]).astype(float)
+        return _every_flip(n)
+    return _drawn_flips(n, racing.resamples, seed)
+
+
+@functools.lru_cache(maxsize=64)
+def _every_flip(n: int) -> np.ndarray:
+    swaps = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(float)
+    swaps.setflags(write=False)
+    return swaps
+
+
+@functools.lru_cache(maxsize=64)
+def _drawn_flips(n: int, resamples: int, seed: int) -> np.ndarray:
+    swaps = np.zeros((resamples + 1, n))
+    swaps[1:] = np.random.default_rng([seed, n]).integers(0, 2, size=(resamples, n))
+    swaps.setflags(write=False)
+    return swaps
 
 
 def better_p(rival: list[dict], candidate: list[dict], metric: str, sign: float,
