@@ -96,7 +96,10 @@ def throttled(tmp_path_factory, ray_head):
     finally:
         done.set()
         thread.join()
-    assert cycles[0] > 20, "the workers were never throttled"
+    # the throttling covered the baseline (a few cycles: an unthrottled toy baseline takes a
+    # fraction of a second, and a loaded CI machine counted 17 cycles); what it did to the
+    # baseline is what the tests below check (baseline_slowdown > 2)
+    assert cycles[0] > 5, "the workers were never throttled"
     return driver
 
 

@@ -45,8 +45,11 @@ def test_requests_in_flight_keep_each_ones_tokens(dflash_server, arith):
 
 def test_a_rate_load_sends_requests_at_their_arrival_times_within_the_bound(dflash_server, arith):
     """At 4 requests/s with at most 2 in flight, 8 requests take at least their last arrival
-    (seeded) and keep the tokens of the load served one by one; every request streamed its
-    ITL gaps, which sum to its latency after the first token."""
+    (seeded) and keep the tokens of the load served one by one; each request's ITL gaps sum to
+    its latency after the first token. A request may stream no gaps: under load vLLM sends the
+    steps a slow reader has not taken yet as one chunk, and one whose whole completion came in
+    its first chunk has none (its latency after the first token is then ~0, which the sum
+    rule checks); the load as a whole streamed gaps."""
     from workloads.serving.load import arrivals
 
     _, _, ids = arith
@@ -55,8 +58,9 @@ def test_a_rate_load_sends_requests_at_their_arrival_times_within_the_bound(dfla
     served, wall = serve(dflash_server, ids, rate)
     assert [s.token_ids for s in served] == [s.token_ids for s in alone]
     assert wall >= arrivals(len(ids), 4.0, 1.0, DFLASH.seed)[-1]
+    assert any(s.itl_s for s in served)
     for s in served:
-        assert s.counters is None and s.itl_s and all(g >= 0 for g in s.itl_s)
+        assert s.counters is None and all(g >= 0 for g in s.itl_s)
         assert sum(s.itl_s) == pytest.approx(s.wall_s - s.ttft_s, abs=0.05)
 
 
