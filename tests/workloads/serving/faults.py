@@ -10,10 +10,21 @@ import time
 from pathlib import Path
 
 
+def _all_engine_cores() -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:  # gone meanwhile
+        return None
+
+
 def engine_cores(group: int) -> list[int]:
     """The pids of the vLLM engine core processes in a server's process group."""
-    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in found if os.getpgid(int(pid)) == group]
+    return [pid for pid in _all_engine_cores() if _group(pid) == group]
 
 
 def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
@@ -21,10 +32,9 @@ def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
     with `folder`, only those of the server logging there (each server's processes carry its log
     folder in their environment: SPECSWEEP_VLLM_REPORT names its report.json)."""
     cores = []
-    found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
-    for pid in map(int, found):
+    for pid in _all_engine_cores():
         try:
-            with open(f"/proc/{os.getpgid(pid)}/stat") as f:
+            with open(f"/proc/{_group(pid)}/stat") as f:
                 if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:  # the guard's parent
                     continue
             if folder is not None and _log_folder(pid) != os.path.realpath(folder):
