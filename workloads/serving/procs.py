@@ -9,7 +9,8 @@ timed on another server while they spin loses that core, so a timed load waits u
 server that served last is quiet: it asked for less than QUIET_CORES over a window of WINDOW_S,
 measured rather than assumed (a fixed wait either wastes the difference or falls short of a
 slower machine's polling), and at most MAX_WAIT_S. What a process asks for is its time on a CPU
-plus its time waiting for one (/proc/PID/schedstat): on a machine busy with other work a
+plus its time waiting for one (each thread's schedstat: a process may poll from a thread
+other than its main one): on a machine busy with other work a
 spinning process gets less than a core but is runnable all the time, so its CPU time alone
 would read as quiet. The kernel adds a wait to schedstat only once the process runs again, so
 a process still waiting for a CPU when a window ends has not had that wait counted yet: a
@@ -45,23 +46,33 @@ def group_pids(group: int) -> list[int]:
     return found
 
 
-def demand_ns(pids: list[int]) -> int:
-    """Nanoseconds `pids` have run on a CPU or waited runnable for one so far (the first two
-    fields of /proc/PID/schedstat; the ones that have ended: 0)."""
-    total = 0
+def threads(pids: list[int]) -> list[str]:
+    """The /proc folders of every thread of `pids` (/proc/PID/task/TID): /proc/PID itself
+    reads as its main thread alone, and a process may poll from another thread."""
+    found = []
     for pid in pids:
+        with contextlib.suppress(OSError):
+            found += [f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
+    return found
+
+
+def demand_ns(pids: list[int]) -> int:
+    """Nanoseconds the threads of `pids` have run on a CPU or waited runnable for one so far
+    (the first two fields of each thread's schedstat; the ones that have ended: 0)."""
+    total = 0
+    for thread in threads(pids):
         with contextlib.suppress(OSError, IndexError, ValueError):
-            with open(f"/proc/{pid}/schedstat") as f:
+            with open(f"{thread}/schedstat") as f:
                 running, waiting = f.read().split()[:2]
             total += int(running) + int(waiting)
     return total
 
 
 def runnable(pids: list[int]) -> bool:
-    """Whether one of `pids` is running or waiting for a CPU now (state R in /proc/PID/stat)."""
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError):
-            if stat_fields(pid)[0] == "R":
+    """Whether a thread of `pids` is running or waiting for a CPU now (state R in its stat)."""
+    for thread in threads(pids):
+        with contextlib.suppress(OSError, IndexError), open(f"{thread}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "R":
                 return True
     return False
 

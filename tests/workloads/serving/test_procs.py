@@ -12,18 +12,26 @@ import pytest
 
 from workloads.serving.procs import QUIET_CORES, cores, demand_ns, group_pids, runnable, wait_quiet
 
-# spins for argv[1] seconds, then sleeps: one core asked for, as vLLM's busy loop
+# spins for argv[1] seconds in its main thread or (argv[2] "thread") in another while the main
+# thread waits for it, then sleeps: one core asked for, as vLLM's busy loop
 SPINNER = """
-import sys, time
-end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
-    pass
+import sys, threading, time
+def spin():
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        pass
+if sys.argv[2] == "thread":
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    spinner.join()
+else:
+    spin()
 time.sleep(60)
 """
 
 
-def _spinning(seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", SPINNER, str(seconds)], start_new_session=True)
+def _spinning(seconds: float, where: str = "main") -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", SPINNER, str(seconds), where], start_new_session=True)
     deadline = time.monotonic() + 10
     while not group_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -56,8 +64,9 @@ def machine(request):
         _stop(hog)
 
 
-def test_the_wait_ends_once_the_group_stops_spinning_and_not_before(machine):
-    proc = _spinning(1.2)  # ends before the wait's limit (1.5 s)
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_the_wait_ends_once_the_group_stops_spinning_and_not_before(machine, where):
+    proc = _spinning(1.2, where)  # ends before the wait's limit (1.5 s)
     try:
         began = time.monotonic()
         assert _busy(proc.pid, 0.2) > QUIET_CORES  # the harness sees the spinning: a short wait would not do
@@ -83,10 +92,11 @@ def test_a_group_with_no_process_is_quiet_at_once():
     assert group_pids(proc.pid) == [] and wait_quiet(proc.pid) == 0.0
 
 
-def test_a_spinning_group_is_runnable_and_a_sleeping_one_is_not(machine):
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_a_spinning_group_is_runnable_and_a_sleeping_one_is_not(machine, where):
     """What keeps a window that read quiet from ending the wait: a spinner waiting for a CPU
     has not had that wait counted yet (the kernel adds it once the spinner runs again)."""
-    proc = _spinning(1.0)
+    proc = _spinning(1.0, where)
     try:
         assert _busy(proc.pid, 0.2) > QUIET_CORES and runnable(group_pids(proc.pid))  # in its loop
         deadline = time.monotonic() + 10
