@@ -9,12 +9,12 @@ timed on another server while they spin loses that core, so a timed load waits u
 server that served last is quiet: it asked for less than QUIET_CORES over a window of WINDOW_S,
 measured rather than assumed (a fixed wait either wastes the difference or falls short of a
 slower machine's polling), and at most MAX_WAIT_S. What a process asks for is its time on a CPU
-plus its time waiting for one (each thread's schedstat: a process may poll from a thread
-other than its main one): on a machine busy with other work a
-spinning process gets less than a core but is runnable all the time, so its CPU time alone
-would read as quiet. The kernel adds a wait to schedstat only once the process runs again, so
-a process still waiting for a CPU when a window ends has not had that wait counted yet: a
-window ending with a process runnable (state R) is not quiet, whatever it read.
+plus its time waiting for one (each thread's schedstat: a process may poll from a thread other
+than its main one): on a machine busy with other work a spinning process gets less than a core
+but is runnable all the time, so its CPU time alone would read as quiet. The kernel adds a
+wait to schedstat only once the process runs again, so a process still waiting for a CPU when
+a window ends has not had that wait counted yet: a window ending with a process runnable
+(state R) is not quiet, whatever it read.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ MAX_WAIT_S = 1.5  # never longer than the fixed wait this replaced
 
 
 def stat_fields(pid: int | str) -> list[str]:
-    """The fields of /proc/PID/stat after the ")" that closes the process's name (pgrp is
-    field 2 of them, starttime 19, in clock ticks since boot)."""
+    """The fields of /proc/PID/stat (`pid` a process id, or PID/task/TID for one of its
+    threads) after the ")" that closes the name (state is field 0 of them, ppid 1, pgrp 2,
+    starttime 19, in clock ticks since boot)."""
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
 
@@ -47,12 +48,12 @@ def group_pids(group: int) -> list[int]:
 
 
 def threads(pids: list[int]) -> list[str]:
-    """The /proc folders of every thread of `pids` (/proc/PID/task/TID): /proc/PID itself
-    reads as its main thread alone, and a process may poll from another thread."""
+    """Every thread of `pids` as PID/task/TID under /proc: /proc/PID itself reads as its main
+    thread alone, and a process may poll from another thread."""
     found = []
     for pid in pids:
         with contextlib.suppress(OSError):
-            found += [f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
+            found += [f"{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
     return found
 
 
@@ -62,7 +63,7 @@ def demand_ns(pids: list[int]) -> int:
     total = 0
     for thread in threads(pids):
         with contextlib.suppress(OSError, IndexError, ValueError):
-            with open(f"{thread}/schedstat") as f:
+            with open(f"/proc/{thread}/schedstat") as f:
                 running, waiting = f.read().split()[:2]
             total += int(running) + int(waiting)
     return total
@@ -71,8 +72,8 @@ def demand_ns(pids: list[int]) -> int:
 def runnable(pids: list[int]) -> bool:
     """Whether a thread of `pids` is running or waiting for a CPU now (state R in its stat)."""
     for thread in threads(pids):
-        with contextlib.suppress(OSError, IndexError), open(f"{thread}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "R":
+        with contextlib.suppress(OSError, IndexError):
+            if stat_fields(thread)[0] == "R":
                 return True
     return False
 

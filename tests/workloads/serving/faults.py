@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+from workloads.serving.procs import stat_fields
+
 
 def _all_engine_cores() -> list[int]:
     found = subprocess.run(["pgrep", "-f", "VLLM::EngineCore"], capture_output=True, text=True).stdout.split()
@@ -34,9 +36,8 @@ def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
     cores = []
     for pid in _all_engine_cores():
         try:
-            with open(f"/proc/{_group(pid)}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:  # the guard's parent
-                    continue
+            if (guard := _group(pid)) is None or int(stat_fields(guard)[1]) != parent:  # the guard's parent
+                continue
             if folder is not None and _log_folder(pid) != os.path.realpath(folder):
                 continue
         except OSError:  # gone meanwhile
