@@ -19,7 +19,7 @@ test -x "$VENV/bin/python" || python3 -m venv "$VENV"
 # releases pip would resolve, in seconds where pip took minutes
 PIP="$VENV/bin/python -m pip install -q"
 test -x "$VENV/bin/uv" || $PIP "$UV"
-UVPIP="$VENV/bin/uv pip install -q --python $VENV/bin/python"
+UVPIP="$VENV/bin/uv pip install -q --compile-bytecode --python $VENV/bin/python"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   say "installing $VLLM_GPU (GPU build) into $VENV"
   $UVPIP "$VLLM_GPU"
