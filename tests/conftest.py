@@ -21,6 +21,10 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # plugin's forked_engine: one vLLM import fewer again, 10.8 s a start instead of 19.5 here); the
 # plugin takes it only with one OpenMP thread (set below under pytest-xdist, as `make test` runs).
 os.environ.setdefault("SPECSWEEP_VLLM_FORK_ENGINE", "1")
+# ... and fork every server a test process starts from one process that imported vLLM once (the
+# launcher: workloads.serving.starts), instead of importing vLLM again at each of its ~13 starts.
+# test_guard.py also starts servers the default way.
+os.environ.setdefault("SPECSWEEP_VLLM_LAUNCHER", "1")
 # Under pytest-xdist (`make test` runs three test processes on two cores) each test process, and
 # every process it starts, computes on one thread: two processes each spinning two OpenMP
 # threads on two cores took the fast tier from 2.0 to 6.3 minutes here.

@@ -61,7 +61,10 @@ def _wait_for(pid: int, seconds: float) -> None:
         time.sleep(0.02)
 
 
-def main() -> int:
+def main(start=None) -> int:
+    """Lead the group until the server exits; its exit code. `start` starts the server (an
+    object with Popen's pid, wait and terminate; the launcher forks it so), else the command
+    this script was given."""
     _signal_on_parent_death()
     if os.getppid() == 1:  # the parent died before the request above took effect
         return 1
@@ -74,7 +77,7 @@ def main() -> int:
                 watchdog[0] = _fork_watchdog(leader)
 
     signal.signal(signal.SIGCHLD, reap)
-    server = subprocess.Popen(sys.argv[1:])
+    server = start() if start is not None else subprocess.Popen(sys.argv[1:])
 
     def stop(signum, frame):
         server.terminate()

@@ -32,10 +32,10 @@ from workloads.serving.config import EngineFailure, ServingConfig, ServingError
 from workloads.serving.counters import Counters
 from workloads.serving.ports import free_port, listening_pids
 from workloads.serving.served import logged_args
+from workloads.serving.starts import guarded
 from workloads.serving.venv import SETUP, vllm_python
 
 log = logging.getLogger(__name__)
-GUARD = Path(__file__).with_name("guard.py")  # run by the vLLM venv's Python
 # CPU engines: float32 and eager (no CPU kernels for the alternatives), 1 GiB of KV cache (the
 # CPU build otherwise reserves 92% of the machine's memory), no thread pinning (workers share
 # the machine's cores)
@@ -218,16 +218,13 @@ class VllmServer:
         if self.resident:
             env["SPECSWEEP_VLLM_DRAFT_FILE"] = str(self.dir / "draft_tokens")
         python = str(vllm_python())
-        command = [python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server", "--host",
-                   "127.0.0.1", "--port", str(self.port), *self.settings.arguments()]
+        server_args = ["--host", "127.0.0.1", "--port", str(self.port), *self.settings.arguments()]
         began = time.perf_counter()
         self.identity = {}  # until this life identifies itself: `stop` judges a life that served
         self.dir.mkdir(parents=True, exist_ok=True)  # a clean `stop` before a retry removed it
         if self.resident:  # a restarted server drafts the k it drafted before
             self._write_draft(self.draft_tokens)
-        with open(self.log, "w") as log:  # the guard leads a new process group: the server and its engine
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
+        self.process = guarded(python, server_args, env, self.log)
         while time.perf_counter() - began < timeout:
             if self.process.poll() is not None:
                 if _PortTaken.said(self.log):

@@ -22,7 +22,7 @@ from orchestrator.engines.serverpool import START_TRIES
 from orchestrator.stored import logged_records
 from tests.needs_vllm import needs_vllm
 from tests.orchestrator.test_sweep_cli import GOOD, runner, write
-from tests.workloads.serving.faults import KillOnce
+from tests.workloads.serving.faults import KillOnce, log_folder
 from workloads.models.pair import load_tokenizer
 from workloads.models.pairspec import BUNDLED
 from workloads.serving.counters import Counters
@@ -35,15 +35,13 @@ pytestmark = needs_vllm
 
 
 def _engines(logs: Path) -> set[str]:
-    """The vLLM engine processes of the servers logging under `logs` (each server's processes
-    carry their log folder in their environment), not another test's running beside this one."""
+    """The vLLM engine processes of the servers logging under `logs`, not another test's running
+    beside this one."""
     found = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split()
-    marks = {f"SPECSWEEP_VLLM_REPORT={folder}/".encode() for folder in (logs, os.path.realpath(logs))}
     mine = set()
     for pid in found:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
-            environment = f.read()
-            if any(mark in environment for mark in marks):
+        with contextlib.suppress(OSError):
+            if os.path.dirname(log_folder(int(pid))) == os.path.realpath(logs):
                 mine.add(pid)
     return mine
 

@@ -30,15 +30,15 @@ def engine_cores(group: int) -> list[int]:
 
 
 def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
-    """The engine cores of the vLLM servers process `parent` started (its guard leads their group);
-    with `folder`, only those of the server logging there (each server's processes carry its log
-    folder in their environment: SPECSWEEP_VLLM_REPORT names its report.json)."""
+    """The engine cores of the vLLM servers process `parent` started (its guard leads their group;
+    the guard's parent is `parent`, or the launcher `parent` started: workloads.serving.starts);
+    with `folder`, only those of the server logging there."""
     cores = []
     for pid in _all_engine_cores():
         try:
-            if (guard := _group(pid)) is None or int(stat_fields(guard)[1]) != parent:  # the guard's parent
+            if (guard := _group(pid)) is None or parent not in _parents(guard):
                 continue
-            if folder is not None and _log_folder(pid) != os.path.realpath(folder):
+            if folder is not None and log_folder(pid) != os.path.realpath(folder):
                 continue
         except OSError:  # gone meanwhile
             continue
@@ -46,12 +46,16 @@ def engine_cores_of(parent: int, folder: Path | None = None) -> list[int]:
     return cores
 
 
-def _log_folder(pid: int) -> str | None:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        for entry in f.read().split(b"\0"):
-            if entry.startswith(b"SPECSWEEP_VLLM_REPORT="):
-                return os.path.realpath(os.path.dirname(entry.split(b"=", 1)[1].decode()))
-    return None
+def _parents(pid: int) -> tuple[int, int]:
+    """A process's parent and that one's parent."""
+    parent = int(stat_fields(pid)[1])
+    return parent, int(stat_fields(parent)[1])
+
+
+def log_folder(pid: int) -> str:
+    """The log folder of the server a process belongs to: every process of a server writes its
+    output to the folder's server.log."""
+    return os.path.dirname(os.path.realpath(f"/proc/{pid}/fd/1"))
 
 
 class KillOnce(threading.Thread):

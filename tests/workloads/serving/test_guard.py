@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.needs_vllm import needs_vllm
 
 pytestmark = needs_vllm
@@ -36,13 +38,24 @@ def _alive(group: int) -> bool:
     return True
 
 
-def test_killing_the_process_that_started_a_server_takes_down_all_of_its_processes():
+@pytest.fixture(autouse=True)
+def plain_starts(monkeypatch):
+    """vLLM's default start (guard.py as a process of its own), where the other test files fork
+    their servers from a launcher; the first test takes both ways."""
+    monkeypatch.setenv("SPECSWEEP_VLLM_LAUNCHER", "0")
+
+
+@pytest.mark.parametrize("launcher", ["0", "1"])
+def test_killing_the_process_that_started_a_server_takes_down_all_of_its_processes(launcher):
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
-                               cwd=os.getcwd())
+                               cwd=os.getcwd(), env={**os.environ, "SPECSWEEP_VLLM_LAUNCHER": launcher})
     group = int(starter.stdout.readline())
     time.sleep(2)  # requests in flight
     members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
     assert len(members) >= 3  # the guard, the API server, the engine core (and its worker)
+    if launcher == "1":  # forked from the launcher, which the starter started
+        assert str(group) not in subprocess.run(["pgrep", "-P", str(starter.pid)], capture_output=True,
+                                                text=True).stdout.split()
     starter.send_signal(signal.SIGKILL)
     starter.wait()
     deadline = time.monotonic() + 60

@@ -1,0 +1,126 @@
+"""How a vLLM server's processes start: its guard (guard.py) as a process of its own that runs
+`python -m vllm.entrypoints.openai.api_server`, vLLM's default; or, where
+`SPECSWEEP_VLLM_LAUNCHER=1` (the project's tests), forked from a launcher (launcher.py) that
+imported vLLM once, so a process that starts many servers imports vLLM once instead of once a
+server. Either way the guard leads a new session and process group holding the server and its
+engine, and takes it down when its starter dies (a launcher dies with its starter).
+
+The launcher imports vLLM with its starter's environment at its first server; a server gets its
+own environment whole, but what vLLM, torch, OpenMP, Hugging Face and Python read while they are
+imported comes from the launcher's. So a launcher serves the starts whose variables of those
+families (IMPORT_READ) are the ones it was started with, and another is started for others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+GUARD = Path(__file__).with_name("guard.py")  # run by the vLLM venv's Python
+LAUNCHER = Path(__file__).with_name("launcher.py")
+# variables read on import (a launcher's are its first start's); the plugin and vLLM's engine
+# read the others when a server runs
+IMPORT_READ = ("VLLM_", "OMP_", "MKL_", "KMP_", "HF_", "TRANSFORMERS_", "TORCH", "CUDA", "LD_", "PYTHON")
+# vLLM reads these when the engine starts (VllmServer sets them a server at a time)
+PER_SERVER = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
+
+
+def guarded(python: str, server_args: list[str], env: dict[str, str], log: Path):
+    """The guard of a server `python -m vllm.entrypoints.openai.api_server *server_args`, its
+    output to `log`: a Popen, or a Forked where the launcher is asked for and takes it."""
+    if os.environ.get("SPECSWEEP_VLLM_LAUNCHER") == "1":
+        launcher = _launcher(python, env)
+        if launcher is not None:
+            return launcher.fork(["vllm.entrypoints.openai.api_server", *server_args], env, log)
+    with open(log, "w") as output:  # the guard leads a new process group: the server and its engine
+        return subprocess.Popen([python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server",
+                                 *server_args], stdout=output, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+class Forked:
+    """A guard forked by the launcher, with what VllmServer uses of a Popen (the launcher, its
+    parent, writes its exit code to `exit_file` when it reaps it)."""
+
+    def __init__(self, pid: int, exit_file: Path):
+        self.pid, self.exit_file = pid, exit_file
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.exit_file.is_file():
+            self.returncode = int(self.exit_file.read_text())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"guard {self.pid}", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def _signal(self, signum: int) -> None:
+        if self.poll() is None:  # not reaped: the pid is still the guard's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self._signal(15)
+
+    def kill(self) -> None:
+        self._signal(9)
+
+
+class Launcher:
+    """The launcher process (launcher.py) and the one-line exchange with it."""
+
+    def __init__(self, python: str, env: dict[str, str]):
+        # a session of its own, as a guard's: a Ctrl-C to its starter's terminal is the
+        # starter's to handle (it stops its servers), not the launcher's; its stderr is vLLM's
+        # import chatter (a launcher that fails to come up leaves the starts plain, whose logs say why)
+        self.process = subprocess.Popen([python, str(LAUNCHER)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                        text=True, start_new_session=True)
+        self.lock = threading.Lock()
+        said = json.loads(self.process.stdout.readline() or '{"refused": "it exited"}')
+        self.ready = bool(said.get("ready"))
+
+    def alive(self) -> bool:
+        return self.ready and self.process.poll() is None
+
+    def fork(self, argv: list[str], env: dict[str, str], log: Path) -> Forked:
+        exit_file = log.with_name("guard.exit")
+        exit_file.unlink(missing_ok=True)
+        request = {"argv": argv, "env": env, "cwd": os.getcwd(), "log": str(log), "exit": str(exit_file)}
+        with self.lock:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            pid = json.loads(self.process.stdout.readline())["pid"]
+        return Forked(pid, exit_file)
+
+
+_launchers: dict[tuple, Launcher | None] = {}
+_lock = threading.Lock()
+
+
+def _launcher(python: str, env: dict[str, str]) -> Launcher | None:
+    """The running launcher for this environment's import-time variables, started at need; None
+    where one refused (the starts then stay plain)."""
+    read = sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_READ) and k not in PER_SERVER)
+    key = (python, *read)
+    with _lock:
+        launcher = _launchers.get(key)
+        if key not in _launchers or (launcher is not None and not launcher.alive()):
+            # nothing of one server's own (its report file and the plugin's switches are read
+            # when it runs): the launcher's environment, which /proc shows for every process
+            # forked from it, names no server
+            base = {k: v for k, v in env.items() if k not in PER_SERVER and not k.startswith("SPECSWEEP_")}
+            launcher = _launchers[key] = Launcher(python, base)
+            if not launcher.ready:
+                launcher = _launchers[key] = None
+        return launcher
