@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -86,7 +85,6 @@ class Launcher:
         self.process = subprocess.Popen([python, str(LAUNCHER)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                         text=True, start_new_session=True)
-        self.lock = threading.Lock()
         said = json.loads(self.process.stdout.readline() or '{"refused": "it exited"}')
         self.ready = bool(said.get("ready"))
 
@@ -97,15 +95,15 @@ class Launcher:
         exit_file = log.with_name("guard.exit")
         exit_file.unlink(missing_ok=True)
         request = {"argv": argv, "env": env, "cwd": os.getcwd(), "log": str(log), "exit": str(exit_file)}
-        with self.lock:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            pid = json.loads(self.process.stdout.readline())["pid"]
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        pid = json.loads(self.process.stdout.readline())["pid"]
         return Forked(pid, exit_file)
 
 
+# a process's launchers (one question and its answer at a time: the project starts a process's
+# servers one after another, never from threads)
 _launchers: dict[tuple, Launcher | None] = {}
-_lock = threading.Lock()
 
 
 def _launcher(python: str, env: dict[str, str]) -> Launcher | None:
@@ -113,14 +111,13 @@ def _launcher(python: str, env: dict[str, str]) -> Launcher | None:
     where one refused (the starts then stay plain)."""
     read = sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_READ) and k not in PER_SERVER)
     key = (python, *read)
-    with _lock:
-        launcher = _launchers.get(key)
-        if key not in _launchers or (launcher is not None and not launcher.alive()):
-            # nothing of one server's own (its report file and the plugin's switches are read
-            # when it runs): the launcher's environment, which /proc shows for every process
-            # forked from it, names no server
-            base = {k: v for k, v in env.items() if k not in PER_SERVER and not k.startswith("SPECSWEEP_")}
-            launcher = _launchers[key] = Launcher(python, base)
-            if not launcher.ready:
-                launcher = _launchers[key] = None
-        return launcher
+    launcher = _launchers.get(key)
+    if key not in _launchers or (launcher is not None and not launcher.alive()):
+        # nothing of one server's own (its report file and the plugin's switches are read when
+        # it runs): the launcher's environment, which /proc shows for every process forked
+        # from it, names no server
+        base = {k: v for k, v in env.items() if k not in PER_SERVER and not k.startswith("SPECSWEEP_")}
+        launcher = _launchers[key] = Launcher(python, base)
+        if not launcher.ready:
+            launcher = _launchers[key] = None
+    return launcher
