@@ -77,13 +77,15 @@ def ray_head():
 
 def pytest_collection_modifyitems(items):
     """Test files costliest first, each file's tests in their own order: by their weight, a
-    test starting vLLM servers counting 5 and another slow (real-process) test 1, then by their
-    number of tests. The test processes take files in this order (`make test` passes
+    test starting vLLM servers counting 5 and another slow (real-process) test 1 or what its
+    mark says (`slow(5)`: Ray heads of its own and Ray's own waits, as long as a vLLM test),
+    then by their number of tests. The test processes take files in this order (`make test` passes
     --no-loadscope-reorder: pytest-xdist would order them by number of tests alone, which put
     the few-test vLLM files last): a long file taken last holds the run up while the other
     processes have nothing left to take."""
     weight, tests = Counter(), Counter()
     for item in items:
         tests[item.path] += 1
-        weight[item.path] += 5 if item.get_closest_marker("vllm") else bool(item.get_closest_marker("slow"))
+        slow = item.get_closest_marker("slow")
+        weight[item.path] += 5 if item.get_closest_marker("vllm") else (slow.args or [1])[0] if slow else 0
     items.sort(key=lambda item: (-weight[item.path], -tests[item.path], str(item.path)))

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.spec.sweep import parse_spec
 from orchestrator.sweep.driver import Driver
 
-pytestmark = pytest.mark.slow  # a real two-node Ray cluster and MLflow servers
+pytestmark = pytest.mark.slow(5)  # a real two-node Ray cluster and MLflow servers (5: taken early)
 
 BIN = Path(sys.executable).parent
 SPEC = {

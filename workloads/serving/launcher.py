@@ -87,7 +87,9 @@ def _reap(exits: dict[int, str]) -> None:
             return
         if pid == 0:
             return
-        if (path := exits.pop(pid, None)) is not None:
+        if (path := exits.pop(pid, None)) is None:
+            continue
+        with contextlib.suppress(OSError):  # its folder removed: its starter reads that as well
             with open(f"{path}.new", "w") as f:
                 f.write(str(os.waitstatus_to_exitcode(status)))
             os.replace(f"{path}.new", path)

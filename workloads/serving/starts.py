@@ -51,8 +51,12 @@ class Forked:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None and self.exit_file.is_file():
-            self.returncode = int(self.exit_file.read_text())
+        if self.returncode is None:
+            if self.exit_file.is_file():
+                self.returncode = int(self.exit_file.read_text())
+            elif not os.path.exists(f"/proc/{self.pid}"):  # reaped: its code comes next, unless
+                time.sleep(0.5)  # its folder was removed under it (then 1: exited, code unknown)
+                self.returncode = int(self.exit_file.read_text()) if self.exit_file.is_file() else 1
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:

@@ -105,7 +105,7 @@ def _freeze_raylet(pid: int, timeout: float = 60) -> int:
     raise AssertionError("no raylet started")
 
 
-@pytest.mark.slow  # Ray's own 30 s wait for the node
+@pytest.mark.slow(5)  # Ray's own 30 s wait for the node (5: taken early, tests/conftest.py)
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
 def test_a_local_ray_that_does_not_come_up_is_one_line_and_leaves_nothing(tmp_path):
     sweep = _sweep(tmp_path, "frozen")
@@ -125,7 +125,7 @@ def test_a_local_ray_that_does_not_come_up_is_one_line_and_leaves_nothing(tmp_pa
     assert _session_processes(sweep.pid) == []  # with no state left, a plain rerun is a new sweep
 
 
-@pytest.mark.slow  # two sweeps
+@pytest.mark.slow(5)  # two sweeps
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
 def test_two_sweeps_starting_ray_at_once_each_finish_or_fail_in_one_line(tmp_path):
     sweeps = {name: _sweep(tmp_path, name) for name in ("first", "second")}
@@ -162,7 +162,7 @@ def _kill_raylet_once_workers_load(pid: int, timeout: float = 120) -> None:
     raise AssertionError("no Ray worker started")
 
 
-@pytest.mark.slow  # a sweep, then its resume
+@pytest.mark.slow(5)  # a sweep, then its resume
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
 def test_the_ray_node_lost_while_workers_load_leaves_nothing_or_a_sweep_that_resumes(tmp_path):
     sweep = _sweep(tmp_path, "lost")
@@ -201,7 +201,7 @@ def _kill_head_once_a_trial_completes(pid: int, journal: Path, timeout: float = 
             os.kill(int(proc.name), signal.SIGKILL)
 
 
-@pytest.mark.slow  # a sweep, then its resume
+@pytest.mark.slow(5)  # a sweep, then its resume
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc (Linux)")
 def test_the_ray_node_lost_mid_sweep_is_one_line_and_the_sweep_resumes(tmp_path):
     spec = tmp_path / "mid.yaml"
