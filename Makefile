@@ -63,7 +63,7 @@ docs: $(STAMP)
 # much of a real-process test is waiting on a server or a Ray head, which the others fill (on
 # 2 cores, fresh clones of nearly the same code: pytest 1075 s with two processes, 932 s with
 # three, the CPU busy 97% of that run, so a fourth would not help).
-PYTEST_PROCESSES ?= 4
+PYTEST_PROCESSES ?= 3
 test:
 	$(MAKE) -j2 lint docs vllm
 	$(PY) -m pytest -q -n $(PYTEST_PROCESSES) --dist loadfile --no-loadscope-reorder
