@@ -65,9 +65,12 @@ def _guard(entry, request: dict) -> None:
     try:
         os.setsid()
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        os.close(null)  # the server holds its log as its output only, as a Popen's child does
+        os.close(log)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
