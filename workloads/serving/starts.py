@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -73,10 +74,10 @@ class Forked:
                 os.kill(self.pid, signum)
 
     def terminate(self) -> None:
-        self._signal(15)
+        self._signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self._signal(9)
+        self._signal(signal.SIGKILL)
 
 
 class Launcher:
