@@ -47,8 +47,12 @@ def plain_starts(monkeypatch):
 
 @pytest.mark.parametrize("launcher", ["0", "1"])
 def test_killing_the_process_that_started_a_server_takes_down_all_of_its_processes(launcher):
+    # the launcher forks only a one-thread vLLM import: one OpenMP thread, as under `make test`
+    env = {**os.environ, "SPECSWEEP_VLLM_LAUNCHER": launcher}
+    if launcher == "1":
+        env["OMP_NUM_THREADS"] = "1"
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
-                               cwd=os.getcwd(), env={**os.environ, "SPECSWEEP_VLLM_LAUNCHER": launcher})
+                               cwd=os.getcwd(), env=env)
     group = int(starter.stdout.readline())
     time.sleep(2)  # requests in flight
     members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
