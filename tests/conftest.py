@@ -38,41 +38,88 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # `--ray-address auto`); it ends when the helper's stdin closes.
 RAY_HEAD = """
 import os, sys, ray
-ray.init(num_cpus=int(sys.argv[1]), resources={"gpu_slot": int(sys.argv[1]) - 1}, include_dashboard=False,
-         _temp_dir=sys.argv[2], log_to_driver=False, configure_logging=False)
+ray.init(num_cpus=int(sys.argv[1]), resources={"gpu_slot": int(sys.argv[2])}, include_dashboard=False,
+         _temp_dir=sys.argv[3], log_to_driver=False, configure_logging=False)
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
 ray.shutdown()
 """
 
 
-@pytest.fixture(scope="session")
-def ray_head():
-    """The address of one local Ray head per test process that the sweeps join with
-    --ray-address (or Driver's ray_address) instead of each starting and stopping a head of its
-    own (4 to 10 s a sweep on 2 cores); stopped at the end of the session. Three CPUs and two of
-    the tests' simulated GPU slots (`gpu_slot`): two worker slots and the driver's tasks, as the
-    largest local head a test sweep asks for has. Heads of their own: the tests of the local head
-    itself (test_raycluster.py), the demo's path as one CLI sweep, SIGTERM to a sweep process,
-    and the two-node cluster's local twin."""
-    temp = f"/tmp/specsweep-ray-tests-{os.getpid()}"
-    helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, "3", temp], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, start_new_session=True,
-                              env={"RAY_AUTH_MODE": "disabled", **os.environ})  # as raycluster.start
-    try:
-        address = helper.stdout.readline().strip()
-        assert address, f"the tests' Ray head did not start (exit {helper.poll()})"
-        yield address
-    finally:
-        helper.stdin.close()
+class RayHead:
+    """The tests' local Ray head, in a helper process: `cpus` CPUs and `slots` of the tests'
+    simulated GPU slots (`gpu_slot`)."""
+
+    def __init__(self, cpus: int, slots: int, env: dict[str, str]):
+        self.temp = f"/tmp/specsweep-ray-tests-{os.getpid()}"
+        self.helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, str(cpus), str(slots), self.temp],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                       start_new_session=True,
+                                       env={"RAY_AUTH_MODE": "disabled", **env})  # as raycluster.start
+        self._address = None
+
+    def address(self) -> str:
+        if self._address is None:
+            self._address = self.helper.stdout.readline().strip()
+            assert self._address, f"the tests' Ray head did not start (exit {self.helper.poll()})"
+        return self._address
+
+    def stop(self) -> None:
+        self.helper.stdin.close()
         try:
-            helper.wait(timeout=60)
+            self.helper.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
+            self.helper.kill()
+            self.helper.wait()
         with contextlib.suppress(ProcessLookupError):  # whatever of the head outlived its driver
-            os.killpg(helper.pid, signal.SIGKILL)
-        shutil.rmtree(temp, ignore_errors=True)
+            os.killpg(self.helper.pid, signal.SIGKILL)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+SHARED_HEAD = pytest.StashKey[RayHead]()
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, one Ray head for all the test processes, started by the process
+    that runs them: two or three heads fewer to start, and to keep polling through the run
+    (about 20 CPU-seconds a head on 2 cores). Three CPUs and two GPU slots per test process,
+    as each had of a head of its own; its workers compute on one thread, as theirs did."""
+    processes = len(config.getoption("tx", None) or [])  # pytest-xdist's, one a test process
+    if processes and config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        config.stash[SHARED_HEAD] = RayHead(3 * processes, 2 * processes, env)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, before it starts a test process: the shared head's address for it."""
+    if (head := node.config.stash.get(SHARED_HEAD, None)) is not None:
+        node.workerinput["specsweep_ray_head"] = head.address()
+
+
+def pytest_unconfigure(config):
+    if (head := config.stash.get(SHARED_HEAD, None)) is not None:
+        head.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_head(request):
+    """The address of the local Ray head the sweeps join with --ray-address (or Driver's
+    ray_address) instead of each starting and stopping a head of its own (4 to 10 s a sweep on
+    2 cores): the one all test processes share under pytest-xdist, else one for this process
+    (three CPUs and two of the tests' simulated GPU slots: two worker slots and the driver's
+    tasks, as the largest local head a test sweep asks for has), stopped at the end. Heads of
+    their own: the tests of the local head itself (test_raycluster.py), the demo's path as one
+    CLI sweep, SIGTERM to a sweep process, and the two-node cluster's local twin."""
+    shared = getattr(request.config, "workerinput", {}).get("specsweep_ray_head")
+    if shared:
+        yield shared
+        return
+    head = RayHead(3, 2, dict(os.environ))
+    try:
+        yield head.address()
+    finally:
+        head.stop()
 
 
 def pytest_collection_modifyitems(items):
