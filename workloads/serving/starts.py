@@ -9,6 +9,8 @@ The launcher imports vLLM with its starter's environment at its first server; a 
 own environment whole, but what vLLM, torch, OpenMP, Hugging Face and Python read while they are
 imported comes from the launcher's. So a launcher serves the starts whose variables of those
 families (IMPORT_READ) are the ones it was started with, and another is started for others.
+One start at a time goes through a launcher; a start from another thread meanwhile is a default
+one.
 """
 
 from __future__ import annotations
@@ -30,13 +32,24 @@ IMPORT_READ = ("VLLM_", "OMP_", "MKL_", "KMP_", "HF_", "TRANSFORMERS_", "TORCH",
 PER_SERVER = ("VLLM_ENABLE_V1_MULTIPROCESSING",)
 
 
+# who holds this process's launchers: a start appends itself and goes through a launcher only
+# if it is first in line (appending is atomic, so one start at a time is), since the exchange
+# with a launcher is one request line and one answer line; a start from another thread
+# meanwhile is a default one
+_in_line: list[object] = []
+
+
 def guarded(python: str, server_args: list[str], env: dict[str, str], log: Path):
     """The guard of a server `python -m vllm.entrypoints.openai.api_server *server_args`, its
     output to `log`: a Popen, or a Forked where the launcher is asked for and takes it."""
     if os.environ.get("SPECSWEEP_VLLM_LAUNCHER") == "1":
-        launcher = _launcher(python, env)
-        if launcher is not None:
-            return launcher.fork(["vllm.entrypoints.openai.api_server", *server_args], env, log)
+        start = object()
+        _in_line.append(start)
+        try:
+            if _in_line[0] is start and (launcher := _launcher(python, env)) is not None:
+                return launcher.fork(["vllm.entrypoints.openai.api_server", *server_args], env, log)
+        finally:
+            _in_line.remove(start)
     with open(log, "w") as output:  # the guard leads a new process group: the server and its engine
         return subprocess.Popen([python, str(GUARD), python, "-m", "vllm.entrypoints.openai.api_server",
                                  *server_args], stdout=output, stderr=subprocess.STDOUT, env=env,
@@ -106,8 +119,7 @@ class Launcher:
         return Forked(pid, exit_file)
 
 
-# a process's launchers (one question and its answer at a time: the project starts a process's
-# servers one after another, never from threads)
+# a process's launchers (one question and its answer at a time: `_in_line`)
 _launchers: dict[tuple, Launcher | None] = {}
 
 
