@@ -15,7 +15,7 @@ UV ?= uv==0.13.10
 # without it). torch first, looked for also where pip is told to look (PIP_FIND_LINKS or pip's
 # own find-links: where a machine keeps its CPU wheel); 10 s where pip took 28 here.
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
-UV_FIND_LINKS := $(foreach links,$(FIND_LINKS),--find-links $(links))
+UV_FIND_LINKS = $(foreach links,$(FIND_LINKS),--find-links $(links))  # asked of pip only by a recipe that installs
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@test -x $(VENV)/bin/uv || $(PY) -m pip install -q "$(UV)"

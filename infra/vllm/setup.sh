@@ -56,4 +56,5 @@ say "installing SGLang's server-argument parser into $VENV/sglang"
 $UVPIP --no-deps --upgrade --target "$VENV/sglang" "${SGLANG:-sglang==0.5.23}" \
   orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1
 say "checking that vLLM's CLI runs (the console script users serve exports with)"
-say "vllm $("$VENV/bin/vllm" --version | tail -n 1) in $VENV"
+version=$("$VENV/bin/vllm" --version | tail -n 1)  # an assignment: its failure stops the set-up
+say "vllm $version in $VENV"
