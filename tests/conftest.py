@@ -47,12 +47,14 @@ ray.shutdown()
 
 
 class RayHead:
-    """The tests' local Ray head, in a helper process: `cpus` CPUs and `slots` of the tests'
-    simulated GPU slots (`gpu_slot`)."""
+    """The tests' local Ray head, in a helper process, sized for `processes` test processes:
+    three CPUs and two of the tests' simulated GPU slots (`gpu_slot`) for each (two worker
+    slots and the driver's tasks, as the largest local head a test sweep asks for has)."""
 
-    def __init__(self, cpus: int, slots: int, env: dict[str, str]):
+    def __init__(self, processes: int, env: dict[str, str]):
         self.temp = f"/tmp/specsweep-ray-tests-{os.getpid()}"
-        self.helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, str(cpus), str(slots), self.temp],
+        cpus, slots = str(3 * processes), str(2 * processes)
+        self.helper = subprocess.Popen([sys.executable, "-c", RAY_HEAD, cpus, slots, self.temp],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                        start_new_session=True,
                                        env={"RAY_AUTH_MODE": "disabled", **env})  # as raycluster.start
@@ -82,12 +84,11 @@ SHARED_HEAD = pytest.StashKey[RayHead]()
 def pytest_configure(config):
     """Under pytest-xdist, one Ray head for all the test processes, started by the process
     that runs them: two or three heads fewer to start, and to keep polling through the run
-    (about 20 CPU-seconds a head on 2 cores). Three CPUs and two GPU slots per test process,
-    as each had of a head of its own; its workers compute on one thread, as theirs did."""
+    (about 20 CPU-seconds a head on 2 cores), each process given what a head of its own had;
+    its workers compute on one thread, as theirs did."""
     processes = len(config.getoption("tx", None) or [])  # pytest-xdist's, one a test process
     if processes and config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        config.stash[SHARED_HEAD] = RayHead(3 * processes, 2 * processes, env)
+        config.stash[SHARED_HEAD] = RayHead(processes, {**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -107,15 +108,14 @@ def ray_head(request):
     """The address of the local Ray head the sweeps join with --ray-address (or Driver's
     ray_address) instead of each starting and stopping a head of its own (4 to 10 s a sweep on
     2 cores): the one all test processes share under pytest-xdist, else one for this process
-    (three CPUs and two of the tests' simulated GPU slots: two worker slots and the driver's
-    tasks, as the largest local head a test sweep asks for has), stopped at the end. Heads of
+    (`RayHead`), stopped at the end. Heads of
     their own: the tests of the local head itself (test_raycluster.py), the demo's path as one
     CLI sweep, SIGTERM to a sweep process, and the two-node cluster's local twin."""
     shared = getattr(request.config, "workerinput", {}).get("specsweep_ray_head")
     if shared:
         yield shared
         return
-    head = RayHead(3, 2, dict(os.environ))
+    head = RayHead(1, dict(os.environ))
     try:
         yield head.address()
     finally:
